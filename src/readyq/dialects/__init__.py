@@ -1,0 +1,54 @@
+"""Pick the dialect for an engine, once, from the connected server."""
+
+from __future__ import annotations
+
+from sqlalchemy.engine import Engine
+
+from readyq.dialects.base import Capabilities, ClaimRequest, Dialect
+from readyq.dialects.mysql import MySQLDialect
+from readyq.dialects.postgresql import PostgresDialect
+from readyq.dialects.sqlite import SQLiteDialect
+from readyq.errors import UnsupportedDatabase
+
+__all__ = [
+    "Capabilities",
+    "ClaimRequest",
+    "Dialect",
+    "MySQLDialect",
+    "PostgresDialect",
+    "SQLiteDialect",
+    "dialect_class",
+    "dialect_for",
+]
+
+
+def dialect_class(name: str) -> type[Dialect]:
+    """The dialect class for SQLAlchemy's dialect name, before any connection."""
+    if name == "postgresql":
+        return PostgresDialect
+    if name in ("mysql", "mariadb"):
+        return MySQLDialect
+    if name == "sqlite":
+        return SQLiteDialect
+    raise UnsupportedDatabase(
+        f"readyq runs on SQLite, PostgreSQL, MySQL and MariaDB; not on {name!r}"
+    )
+
+
+def dialect_for(engine: Engine) -> Dialect:
+    """Connect once and return the dialect for this server, version checked.
+
+    A MariaDB server is recognised from its version string after connecting, whether the
+    URL says ``mysql+...`` or ``mariadb+...``.
+    """
+    cls = dialect_class(engine.dialect.name)
+    with engine.connect() as conn:
+        version = tuple(conn.dialect.server_version_info or ())
+        dialect: Dialect
+        if cls is MySQLDialect:
+            dialect = MySQLDialect(version, is_mariadb=bool(conn.dialect.is_mariadb))
+        else:
+            dialect = cls(version)
+        conn.rollback()
+    dialect.check_server()
+    return dialect

@@ -1,0 +1,168 @@
+"""The dialect seam: only what truly differs between databases.
+
+Portable SQL lives in :mod:`readyq.sql` and :mod:`readyq.store`. A dialect says how a
+write transaction begins, how rows are locked, what time it is on the server, how one
+group's runnable jobs are claimed, and which errors are worth a retry.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection, Engine
+
+from readyq.model import ClaimedJob
+from readyq.schema import Tables
+
+
+@dataclass(frozen=True)
+class Capabilities:
+    """What a database can do, for callers that must not test dialect names."""
+
+    skip_locked: bool
+    returning: bool
+    partial_index: bool
+    listen_notify: bool
+    row_locks: bool
+
+
+@dataclass(frozen=True)
+class ClaimRequest:
+    """One group's share of a claim transaction."""
+
+    owner: str
+    group: str
+    limit: int
+    ttl: float
+    types: Sequence[str] | None
+
+
+class Dialect(ABC):
+    """Shared behaviour; each database overrides what its facts force."""
+
+    name: ClassVar[str] = "base"
+    capabilities: ClassVar[Capabilities]
+    # SQLSTATEs / error codes that mean "roll back and try the whole unit again".
+    retryable_codes: ClassVar[frozenset[object]] = frozenset()
+    missing_table_codes: ClassVar[frozenset[object]] = frozenset()
+
+    def __init__(self, server_version: tuple[int, ...] = ()) -> None:
+        self.server_version = server_version
+
+    # -- engine -------------------------------------------------------------------------
+
+    @classmethod
+    def engine_options(cls) -> dict[str, Any]:
+        """Keyword arguments for ``create_engine`` when readyq builds the engine."""
+        return {"pool_pre_ping": True}
+
+    def prepare_engine(self, engine: Engine, *, owned: bool) -> Engine:
+        """Adapt an engine; ``owned`` is False for an engine the user passed in.
+
+        Returns the engine readyq should use.
+        """
+        return engine
+
+    def check_server(self) -> None:
+        """Raise UnsupportedDatabase if the server cannot run readyq safely."""
+
+    # -- transactions and locks ---------------------------------------------------------
+
+    def begin_write(self, conn: Connection) -> None:
+        """Start a write transaction on ``conn`` (SQLAlchemy autobegins by default)."""
+
+    def lock_rows(self, stmt: sa.Select[Any]) -> sa.Select[Any]:
+        """Exclusive row locks held to commit (no-op where the database has none)."""
+        return stmt.with_for_update()
+
+    def lock_rows_skip_locked(self, stmt: sa.Select[Any]) -> sa.Select[Any]:
+        """Exclusive row locks, skipping rows another transaction holds."""
+        return stmt.with_for_update(skip_locked=True)
+
+    # -- time ---------------------------------------------------------------------------
+
+    @abstractmethod
+    def now(self) -> sa.ColumnElement[float]:
+        """The database server's clock, in seconds since the Unix epoch."""
+
+    # -- claim --------------------------------------------------------------------------
+
+    @abstractmethod
+    def claim(
+        self, conn: Connection, t: Tables, req: ClaimRequest, now: sa.ColumnElement[float]
+    ) -> list[ClaimedJob]:
+        """Lease up to ``req.limit`` runnable jobs of one group inside the open transaction."""
+
+    # -- errors -------------------------------------------------------------------------
+
+    def error_code(self, exc: BaseException) -> object:
+        orig = getattr(exc, "orig", None)
+        return getattr(orig, "sqlstate", None)
+
+    def is_retryable(self, exc: BaseException) -> bool:
+        """True for errors after which the whole transaction may simply be run again."""
+        if isinstance(exc, sa.exc.DBAPIError) and exc.connection_invalidated:
+            return True
+        return self.error_code(exc) in self.retryable_codes
+
+    def is_disconnect(self, exc: BaseException) -> bool:
+        return isinstance(exc, sa.exc.DBAPIError) and bool(exc.connection_invalidated)
+
+    def is_missing_table(self, exc: BaseException) -> bool:
+        return self.error_code(exc) in self.missing_table_codes
+
+
+def claimed_from_row(row: Any, *, before_update: bool = False) -> ClaimedJob:
+    """Build a ClaimedJob from the claim's columns.
+
+    ``before_update`` says the row was read before the claim's UPDATE (MySQL), so the
+    attempt and the fencing token are one more than read.
+    """
+    bump = 1 if before_update else 0
+    return ClaimedJob(
+        id=int(row.id),
+        type=row.type,
+        args_json=row.args,
+        attempt=int(row.attempts) + bump,
+        max_attempts=int(row.max_attempts),
+        lease_token=int(row.lease_token) + bump,
+        group=row.group_key,
+        parent_id=None if row.parent_id is None else int(row.parent_id),
+        timeout=None if row.timeout is None else float(row.timeout),
+    )
+
+
+def claim_columns(t: Tables) -> list[sa.Column[Any]]:
+    j = t.jobs
+    return [
+        j.c.id,
+        j.c.type,
+        j.c.args,
+        j.c.attempts,
+        j.c.max_attempts,
+        j.c.lease_token,
+        j.c.group_key,
+        j.c.parent_id,
+        j.c.timeout,
+    ]
+
+
+def lease_values(
+    t: Tables, req: ClaimRequest, now: sa.ColumnElement[float]
+) -> dict[str, Any]:
+    """The SET clause of a claim: a new lease, a new fencing token, one more attempt."""
+    j = t.jobs
+    return {
+        "state": "leased",
+        "lease_owner": req.owner,
+        "lease_token": j.c.lease_token + 1,
+        "attempts": j.c.attempts + 1,
+        "lease_expires": now + req.ttl,
+        "heartbeat_at": now,
+        "updated_at": now,
+        "cancel_requested": False,
+    }

@@ -1,0 +1,130 @@
+"""MySQL 8.0.1+ and MariaDB 10.6+ (InnoDB): lock with SELECT, then update by key.
+
+Deviations and limits:
+
+* Every readyq transaction runs at READ COMMITTED. Under the default REPEATABLE READ,
+  locking reads take gap locks on every index record they scan and plain reads see a
+  snapshot older than rows committed meanwhile.
+* The lock is always the exclusive ``FOR UPDATE SKIP LOCKED``. SQLAlchemy's
+  ``with_for_update(read=True, skip_locked=True)`` renders ``LOCK IN SHARE MODE SKIP
+  LOCKED``, which MySQL rejects (SQLAlchemy issue #10134), and a shared lock would not
+  make a claim exclusive anyway.
+* There is no ``UPDATE ... RETURNING`` and ``LIMIT`` is refused inside ``IN (subquery)``,
+  so the claim is two statements in one transaction: select and lock the rows, then
+  update them by primary key (they stay locked, so nothing can change them in between).
+* ``SKIP LOCKED`` arrived in MySQL 8.0.1 and MariaDB 10.6; older servers are refused.
+  SQLAlchemy names a MariaDB server reached through ``mysql+pymysql://`` "mysql", so the
+  flavour is read from the server version after connecting, never from the URL.
+* Error 1213 (deadlock) rolls back the whole transaction, 1205 (lock wait timeout) only
+  the statement; readyq rolls back and retries the whole unit for both.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection
+
+from readyq.dialects.base import (
+    Capabilities,
+    ClaimRequest,
+    Dialect,
+    claim_columns,
+    claimed_from_row,
+    lease_values,
+)
+from readyq.errors import UnsupportedDatabase
+from readyq.model import ClaimedJob
+from readyq.schema import Tables
+from readyq.sql.ready import claim_order, runnable
+
+MYSQL_MIN = (8, 0, 1)
+MARIADB_MIN = (10, 6)
+
+
+def check_version(is_mariadb: bool, version: tuple[int, ...]) -> None:
+    """Refuse servers without ``SKIP LOCKED`` with a message that names the version."""
+    found = ".".join(map(str, version)) or "unknown"
+    if is_mariadb and tuple(version[:2]) < MARIADB_MIN:
+        raise UnsupportedDatabase(
+            f"readyq needs MariaDB 10.6 or newer (FOR UPDATE SKIP LOCKED); this server is "
+            f"MariaDB {found}"
+        )
+    if not is_mariadb and tuple(version[:3]) < MYSQL_MIN:
+        raise UnsupportedDatabase(
+            f"readyq needs MySQL 8.0.1 or newer (FOR UPDATE SKIP LOCKED); this server is "
+            f"MySQL {found}"
+        )
+
+
+class MySQLDialect(Dialect):
+    name: ClassVar[str] = "mysql"
+    capabilities: ClassVar[Capabilities] = Capabilities(
+        skip_locked=True, returning=False, partial_index=False, listen_notify=False, row_locks=True
+    )
+    # 1213 deadlock, 1205 lock wait timeout, 1020 record changed (MariaDB 11.6+ snapshot
+    # isolation), 2006/2013 server gone / lost connection, 1927 connection killed,
+    # 1053 server shutdown.
+    retryable_codes: ClassVar[frozenset[object]] = frozenset(
+        {1213, 1205, 1020, 2006, 2013, 1927, 1053}
+    )
+    missing_table_codes: ClassVar[frozenset[object]] = frozenset({1146})
+
+    def __init__(self, server_version: tuple[int, ...] = (), *, is_mariadb: bool = False):
+        super().__init__(server_version)
+        self.is_mariadb = is_mariadb
+
+    @property
+    def flavour(self) -> str:
+        return "mariadb" if self.is_mariadb else "mysql"
+
+    @classmethod
+    def engine_options(cls) -> dict[str, Any]:
+        return {"pool_pre_ping": True, "isolation_level": "READ COMMITTED"}
+
+    def prepare_engine(self, engine: sa.Engine, *, owned: bool) -> sa.Engine:
+        # readyq's own engine is created at READ COMMITTED. A user's engine keeps its
+        # default for the user; readyq's connections switch on checkout (SQLAlchemy
+        # restores the level on check-in).
+        if owned:
+            return engine
+        return engine.execution_options(isolation_level="READ COMMITTED")
+
+    def check_server(self) -> None:
+        check_version(self.is_mariadb, self.server_version)
+
+    def error_code(self, exc: BaseException) -> object:
+        orig = getattr(exc, "orig", None)
+        args = getattr(orig, "args", ())
+        return args[0] if args and isinstance(args[0], int) else None
+
+    def now(self) -> sa.ColumnElement[float]:
+        # UNIX_TIMESTAMP() without an argument does not depend on the session time zone;
+        # NOW(6) adds the microseconds of the same statement-start instant.
+        return sa.func.unix_timestamp() + sa.func.microsecond(sa.func.now(6)) / 1000000.0
+
+    def claim(
+        self, conn: Connection, t: Tables, req: ClaimRequest, now: sa.ColumnElement[float]
+    ) -> list[ClaimedJob]:
+        j = t.jobs
+        rows = conn.execute(
+            sa.select(*claim_columns(t))
+            .where(runnable(t, now, group=req.group, types=req.types))
+            .order_by(*claim_order(t))
+            .limit(req.limit)
+            .with_for_update(skip_locked=True)
+        ).all()
+        if not rows:
+            return []
+        ids = [row.id for row in rows]
+        result = conn.execute(
+            sa.update(j)
+            .where(j.c.id.in_(ids), j.c.state == "ready")
+            .values(**lease_values(t, req, now))
+        )
+        if result.rowcount != len(ids):
+            raise RuntimeError(  # the rows are locked by this transaction: cannot happen
+                f"claim updated {result.rowcount} of {len(ids)} locked rows"
+            )
+        return [claimed_from_row(row, before_update=True) for row in rows]

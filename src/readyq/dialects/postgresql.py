@@ -1,0 +1,80 @@
+"""PostgreSQL (12+): one claim statement, a CTE locked with FOR UPDATE SKIP LOCKED.
+
+Deviations and limits:
+
+* The claim is ``WITH c AS MATERIALIZED (SELECT ... LIMIT n FOR UPDATE SKIP LOCKED)
+  UPDATE ... FROM c RETURNING ...``. An ``UPDATE ... WHERE id IN (SELECT ... LIMIT n FOR
+  UPDATE SKIP LOCKED)`` may be planned as a join and lock or update more than ``n`` rows
+  (PostgreSQL bug #15715); a materialized CTE is evaluated once.
+* Transactions run at READ COMMITTED, so every statement sees rows committed before it.
+* The clock is ``clock_timestamp()``: wall time on the server, not the start of the
+  transaction.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection
+
+from readyq.dialects.base import (
+    Capabilities,
+    ClaimRequest,
+    Dialect,
+    claim_columns,
+    claimed_from_row,
+    lease_values,
+)
+from readyq.errors import UnsupportedDatabase
+from readyq.model import ClaimedJob
+from readyq.schema import Tables
+from readyq.sql.ready import claim_order, runnable
+
+
+class PostgresDialect(Dialect):
+    name: ClassVar[str] = "postgresql"
+    capabilities: ClassVar[Capabilities] = Capabilities(
+        skip_locked=True, returning=True, partial_index=True, listen_notify=True, row_locks=True
+    )
+    # serialization_failure, deadlock_detected, lock_not_available, admin/crash shutdown,
+    # cannot_connect_now (server starting up).
+    retryable_codes: ClassVar[frozenset[object]] = frozenset(
+        {"40001", "40P01", "55P03", "57P01", "57P02", "57P03"}
+    )
+    missing_table_codes: ClassVar[frozenset[object]] = frozenset({"42P01"})
+
+    @classmethod
+    def engine_options(cls) -> dict[str, Any]:
+        return {"pool_pre_ping": True, "isolation_level": "READ COMMITTED"}
+
+    def check_server(self) -> None:
+        if self.server_version and self.server_version < (12,):
+            raise UnsupportedDatabase(
+                "readyq needs PostgreSQL 12 or newer (materialized CTEs), found "
+                + ".".join(map(str, self.server_version))
+            )
+
+    def now(self) -> sa.ColumnElement[float]:
+        return sa.cast(sa.extract("epoch", sa.func.clock_timestamp()), sa.Double)
+
+    def claim(
+        self, conn: Connection, t: Tables, req: ClaimRequest, now: sa.ColumnElement[float]
+    ) -> list[ClaimedJob]:
+        j = t.jobs
+        chosen = (
+            sa.select(j.c.id)
+            .where(runnable(t, now, group=req.group, types=req.types))
+            .order_by(*claim_order(t))
+            .limit(req.limit)
+            .with_for_update(skip_locked=True)
+            .cte("claimable")
+            .prefix_with("MATERIALIZED")
+        )
+        stmt = (
+            sa.update(j)
+            .where(j.c.id == chosen.c.id)
+            .values(**lease_values(t, req, now))
+            .returning(*claim_columns(t))
+        )
+        return [claimed_from_row(row) for row in conn.execute(stmt)]

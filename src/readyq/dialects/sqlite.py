@@ -1,0 +1,117 @@
+"""SQLite (3.35+): take the write lock first with BEGIN IMMEDIATE, then claim.
+
+Deviations and limits:
+
+* SQLite has no row locks and silently ignores ``FOR UPDATE``. Every readyq write
+  transaction starts with ``BEGIN IMMEDIATE``, which takes the database's write lock
+  before the first read, so claims are serialized and a read can never be upgraded to a
+  write half-way (a deferred transaction that does that gets SQLITE_BUSY at once,
+  ignoring the busy timeout).
+* Python's sqlite3 module opens transactions on its own before DML. readyq issues the
+  ``BEGIN IMMEDIATE`` itself as the first statement of the transaction, so the driver
+  sees a transaction already open and adds nothing.
+* WAL journal (readers never block the writer) and a busy timeout; SQLITE_BUSY that
+  still escapes is retried by the store, never surfaced.
+* The claim is one ``UPDATE ... WHERE id IN (SELECT ... LIMIT n) RETURNING ...``: with
+  the write lock held nothing else can touch the rows.
+* The clock is ``julianday('now')``, millisecond precision. All processes must share one
+  host (WAL needs shared memory), so they also share a clock.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from typing import Any, ClassVar
+
+import sqlalchemy as sa
+from sqlalchemy import event
+from sqlalchemy.engine import Connection
+
+from readyq.dialects.base import (
+    Capabilities,
+    ClaimRequest,
+    Dialect,
+    claim_columns,
+    claimed_from_row,
+    lease_values,
+)
+from readyq.errors import UnsupportedDatabase
+from readyq.model import ClaimedJob
+from readyq.schema import Tables
+from readyq.sql.ready import claim_order, runnable
+
+BUSY_TIMEOUT_MS = 5000
+
+
+def _pragmas(dbapi_conn: Any, _record: Any) -> None:
+    cur = dbapi_conn.cursor()
+    cur.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+    cur.execute("PRAGMA foreign_keys = ON")
+    cur.close()
+
+
+class SQLiteDialect(Dialect):
+    name: ClassVar[str] = "sqlite"
+    capabilities: ClassVar[Capabilities] = Capabilities(
+        skip_locked=False, returning=True, partial_index=True, listen_notify=False, row_locks=False
+    )
+
+    @classmethod
+    def engine_options(cls) -> dict[str, Any]:
+        return {"connect_args": {"timeout": BUSY_TIMEOUT_MS / 1000}}
+
+    def prepare_engine(self, engine: sa.Engine, *, owned: bool) -> sa.Engine:
+        if not event.contains(engine, "connect", _pragmas):
+            event.listen(engine, "connect", _pragmas)
+        return engine
+
+    def check_server(self) -> None:
+        if sqlite3.sqlite_version_info < (3, 35):
+            raise UnsupportedDatabase(
+                f"readyq needs SQLite 3.35 or newer (RETURNING), found {sqlite3.sqlite_version}"
+            )
+
+    def begin_write(self, conn: Connection) -> None:
+        conn.exec_driver_sql("BEGIN IMMEDIATE")
+
+    def lock_rows(self, stmt: sa.Select[Any]) -> sa.Select[Any]:
+        # Nothing to add: BEGIN IMMEDIATE already holds the only lock SQLite has.
+        return stmt
+
+    def lock_rows_skip_locked(self, stmt: sa.Select[Any]) -> sa.Select[Any]:
+        return stmt
+
+    def now(self) -> sa.ColumnElement[float]:
+        return (sa.func.julianday("now") - 2440587.5) * 86400.0
+
+    def error_code(self, exc: BaseException) -> object:
+        orig = getattr(exc, "orig", None)
+        return getattr(orig, "sqlite_errorname", None)
+
+    def is_retryable(self, exc: BaseException) -> bool:
+        if super().is_retryable(exc):
+            return True
+        text = str(getattr(exc, "orig", exc)).lower()
+        return "database is locked" in text or "database table is locked" in text
+
+    def is_missing_table(self, exc: BaseException) -> bool:
+        return "no such table" in str(getattr(exc, "orig", exc)).lower()
+
+    def claim(
+        self, conn: Connection, t: Tables, req: ClaimRequest, now: sa.ColumnElement[float]
+    ) -> list[ClaimedJob]:
+        j = t.jobs
+        chosen = (
+            sa.select(j.c.id)
+            .where(runnable(t, now, group=req.group, types=req.types))
+            .order_by(*claim_order(t))
+            .limit(req.limit)
+            .scalar_subquery()
+        )
+        stmt = (
+            sa.update(j)
+            .where(j.c.id.in_(chosen))
+            .values(**lease_values(t, req, now))
+            .returning(*claim_columns(t))
+        )
+        return [claimed_from_row(row) for row in conn.execute(stmt)]

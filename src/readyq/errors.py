@@ -1,0 +1,87 @@
+"""Every exception readyq raises on purpose lives here, under :class:`ReadyqError`.
+
+Bad input raises a subclass of :class:`InvalidJob` (also a :class:`ValueError`) before
+anything is written, so the database is left exactly as it was.
+"""
+
+from __future__ import annotations
+
+
+class ReadyqError(Exception):
+    """Base class of every error readyq raises on purpose."""
+
+
+class ConfigurationError(ReadyqError, ValueError):
+    """A queue or worker option is invalid (bad table prefix, lease TTL, limits...)."""
+
+
+class InvalidTablePrefix(ConfigurationError):
+    """The table prefix is not a safe SQL identifier prefix.
+
+    Prefixes must match ``^[A-Za-z_][A-Za-z0-9_]{0,30}$``: they become table and index
+    names, which cannot be bound as parameters.
+    """
+
+
+class UnsupportedDatabase(ConfigurationError):
+    """The database or its server version cannot run readyq safely.
+
+    Raised for MySQL older than 8.0.1 and MariaDB older than 10.6 (no ``SKIP LOCKED``),
+    SQLite older than 3.35 (no ``RETURNING``) and any other SQLAlchemy dialect.
+    """
+
+
+class SchemaNotFound(ReadyqError):
+    """The readyq tables do not exist yet: call ``Queue.create_schema()`` first."""
+
+
+class InvalidJob(ReadyqError, ValueError):
+    """Base class of the errors raised for a job that cannot be enqueued as given."""
+
+
+class UnknownJobType(InvalidJob):
+    """The job type has no handler on a queue that has handlers registered."""
+
+
+class PayloadNotJSON(InvalidJob):
+    """Args (or a result) cannot be encoded as strict JSON (NaN, sets, objects...)."""
+
+
+class PayloadTooLarge(InvalidJob):
+    """The encoded args exceed the queue's ``max_payload_bytes`` (1 MiB by default)."""
+
+
+class DependencyNotFound(InvalidJob):
+    """A job listed in ``depends_on`` does not exist."""
+
+
+class DependencyCycle(InvalidJob):
+    """The dependencies given would form a cycle."""
+
+
+class InvalidParent(InvalidJob):
+    """The parent is missing, is not a container, or has already finished."""
+
+
+class InvalidWeight(InvalidJob):
+    """The fair-share weight is not a positive integer."""
+
+
+class InvalidJobOption(InvalidJob):
+    """Another job option (group, priority, max_attempts, timeout, run_after...) is invalid."""
+
+
+class JobNotFound(ReadyqError, LookupError):
+    """No job has the given id."""
+
+
+class LeaseLost(ReadyqError):
+    """The worker no longer holds the lease of its job.
+
+    The lease expired and was reclaimed, the job timed out, or it was cancelled. Every
+    write fenced by the old lease changed nothing.
+    """
+
+
+class QueueClosed(ReadyqError):
+    """The queue was closed with ``Queue.close()`` and accepts no more calls."""

@@ -1,0 +1,147 @@
+"""Job states and the objects readyq hands to users."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from enum import Enum
+from typing import Any
+
+
+class JobState(str, Enum):
+    """Where a job is in its life.
+
+    ``waiting`` → ``ready`` → ``leased`` → ``running`` → ``done`` | ``failed``; a job can
+    also end ``cancelled`` or ``upstream_failed`` (a job it depends on ended badly).
+    Containers are ``active`` until their last child ends, then ``done`` or ``failed``.
+    """
+
+    WAITING = "waiting"
+    READY = "ready"
+    LEASED = "leased"
+    RUNNING = "running"
+    ACTIVE = "active"
+    DONE = "done"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+    UPSTREAM_FAILED = "upstream_failed"
+
+    @property
+    def is_terminal(self) -> bool:
+        return self in TERMINAL_STATES
+
+    def __str__(self) -> str:
+        return self.value
+
+
+TERMINAL_STATES = frozenset(
+    {JobState.DONE, JobState.FAILED, JobState.CANCELLED, JobState.UPSTREAM_FAILED}
+)
+IN_FLIGHT_STATES = (JobState.LEASED.value, JobState.RUNNING.value)
+UNFINISHED_STATES = (
+    JobState.WAITING.value,
+    JobState.READY.value,
+    JobState.LEASED.value,
+    JobState.RUNNING.value,
+)
+# Ends that make dependents 'upstream_failed' and containers 'failed'.
+BAD_ENDS = (JobState.FAILED.value, JobState.CANCELLED.value, JobState.UPSTREAM_FAILED.value)
+
+
+def from_epoch(value: float | None) -> datetime | None:
+    """Convert a stored epoch instant to an aware UTC datetime."""
+    if value is None:
+        return None
+    return datetime.fromtimestamp(value, tz=timezone.utc)
+
+
+@dataclass(frozen=True)
+class JobInfo:
+    """A snapshot of one job, as returned by ``Queue.get``."""
+
+    id: int
+    type: str
+    state: JobState
+    args: Any
+    result: Any
+    error: str | None
+    attempts: int
+    max_attempts: int
+    group: str
+    weight: int
+    priority: int
+    parent_id: int | None
+    is_container: bool
+    depends_on: tuple[int, ...]
+    created_at: datetime | None
+    run_after: datetime | None
+    started_at: datetime | None
+    finished_at: datetime | None
+    lease_owner: str | None
+
+    @property
+    def is_terminal(self) -> bool:
+        return self.state.is_terminal
+
+
+@dataclass(frozen=True)
+class ClaimedJob:
+    """A job claimed by a worker: what it needs to run it and to fence its writes."""
+
+    id: int
+    type: str
+    args_json: str
+    attempt: int
+    max_attempts: int
+    lease_token: int
+    group: str
+    parent_id: int | None
+    timeout: float | None
+
+
+@dataclass(eq=False)
+class Job:
+    """What a handler receives.
+
+    Attributes:
+        id: the job id.
+        type: the handler key.
+        args: the decoded JSON args.
+        attempt: 1 for the first run, 2 for the first retry... Use ``(id, attempt)`` to
+            build idempotency keys for side effects.
+        group: the fair-share group.
+        parent_id: the container the job belongs to, if any.
+    """
+
+    id: int
+    type: str
+    args: Any
+    attempt: int
+    max_attempts: int
+    group: str
+    parent_id: int | None
+    lease_token: int
+    worker_id: str
+    _heartbeat: Callable[[Job], None] = field(repr=False)
+    _lost: threading.Event = field(default_factory=threading.Event, repr=False)
+    _cancelled: threading.Event = field(default_factory=threading.Event, repr=False)
+
+    @property
+    def lease_lost(self) -> bool:
+        """True once the worker knows it lost this job's lease; its writes are fenced out."""
+        return self._lost.is_set()
+
+    @property
+    def cancelled(self) -> bool:
+        """True once someone asked to cancel this job (seen at the next heartbeat)."""
+        return self._cancelled.is_set()
+
+    def heartbeat(self) -> None:
+        """Extend the lease now and refresh ``lease_lost`` and ``cancelled``.
+
+        Workers already heartbeat every running job; call this to learn early whether the
+        job should stop. Raises :class:`readyq.LeaseLost` if the lease is gone.
+        """
+        self._heartbeat(self)

@@ -1,0 +1,47 @@
+"""Strict JSON for args and results: never pickle, never NaN, bounded size and depth."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from readyq.errors import PayloadNotJSON, PayloadTooLarge
+
+DEFAULT_MAX_PAYLOAD_BYTES = 1024 * 1024
+MAX_DEPTH = 100
+
+
+def _depth(value: Any, limit: int) -> int:
+    # Iterative so that hostile nesting cannot blow Python's recursion limit.
+    deepest = 0
+    stack: list[tuple[Any, int]] = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, (dict, list, tuple)):
+            if depth > limit:
+                return depth
+            deepest = max(deepest, depth)
+            children = item.values() if isinstance(item, dict) else item
+            stack.extend((child, depth + 1) for child in children)
+    return deepest
+
+
+def encode(value: Any, *, max_bytes: int, what: str = "args") -> str:
+    """Encode ``value`` as compact strict JSON, or raise PayloadNotJSON / PayloadTooLarge."""
+    if _depth(value, MAX_DEPTH) > MAX_DEPTH:
+        raise PayloadNotJSON(f"{what} are nested deeper than {MAX_DEPTH} levels")
+    try:
+        text = json.dumps(value, allow_nan=False, separators=(",", ":"), ensure_ascii=False)
+    except (TypeError, ValueError) as exc:
+        raise PayloadNotJSON(f"{what} are not JSON-serialisable: {exc}") from None
+    size = len(text.encode("utf-8"))
+    if size > max_bytes:
+        raise PayloadTooLarge(f"{what} take {size} bytes as JSON, over the limit of {max_bytes}")
+    return text
+
+
+def decode(text: str | None) -> Any:
+    """Decode stored JSON (None stays None)."""
+    if text is None:
+        return None
+    return json.loads(text)

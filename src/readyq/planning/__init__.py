@@ -1,0 +1,1 @@
+"""Pure decisions: no connection, no clock, no I/O. Unit-tested directly."""

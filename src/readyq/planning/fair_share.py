@@ -1,0 +1,148 @@
+"""Weighted fair share of a global concurrency cap between groups.
+
+Two mechanisms, both fed with what every worker sees in the database:
+
+* Quotas. The cap is divided between the groups that want slots (in flight plus
+  runnable) by weighted max-min water-filling: a group that wants less than its share
+  gets what it wants and the rest is shared again. A group may hold at most
+  ``ceil(quota)`` slots while others wait, so two backlogged groups weighted 3:1 under a
+  cap of 4 hold 3 and 1 slots, whatever their jobs' durations.
+* Order. Within the quotas, free slots go one by one to the eligible group with the
+  smallest start tag (start-time fair queuing): ``S = max(V, F_g)``; serving it sets
+  ``F_g = S + 1/w_g`` and ``V = S``. A group that was idle re-enters at ``V``, so it runs
+  at once but cannot claim back time it did not use. Equal tags go to the group served
+  least recently, so when there are more groups than slots they rotate and none starves.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class GroupDemand:
+    """What one group wants now, and its fair-share history."""
+
+    key: str
+    weight: int
+    in_flight: int
+    runnable: int
+    vfinish: float | None = None
+    served_seq: int = 0
+
+
+@dataclass(frozen=True)
+class Plan:
+    """How many jobs to claim per group, and the order the slots were handed out."""
+
+    claims: dict[str, int]
+    picks: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Progress:
+    """Fair-share state after the claimed jobs are accounted for."""
+
+    vclock: float
+    seq: int
+    vfinish: dict[str, float] = field(default_factory=dict)
+    served_seq: dict[str, int] = field(default_factory=dict)
+
+
+def quotas(cap: int, demands: Sequence[GroupDemand]) -> dict[str, float]:
+    """Weighted max-min share of ``cap`` between groups, each capped by its demand."""
+    want = {d.key: d.in_flight + d.runnable for d in demands if d.in_flight + d.runnable > 0}
+    weight = {d.key: d.weight for d in demands}
+    result: dict[str, float] = {}
+    remaining = float(max(cap, 0))
+    while want:
+        total = sum(weight[k] for k in want)
+        share = {k: remaining * weight[k] / total for k in want}
+        satisfied = [k for k in want if want[k] <= share[k]]
+        if not satisfied:
+            result.update(share)
+            break
+        for k in satisfied:
+            result[k] = float(want[k])
+            remaining -= want.pop(k)
+    return result
+
+
+def plan_claims(
+    cap: int,
+    demands: Sequence[GroupDemand],
+    vclock: float,
+    *,
+    max_claims: int | None = None,
+) -> Plan:
+    """Decide how many runnable jobs to claim per group under the global ``cap``.
+
+    ``max_claims`` bounds the jobs handed out (a worker's own free capacity); the quotas
+    still divide the whole cap.
+    """
+    in_flight = sum(d.in_flight for d in demands)
+    free = cap - in_flight
+    if max_claims is not None:
+        free = min(free, max_claims)
+    if free <= 0:
+        return Plan(claims={}, picks=())
+    q = quotas(cap, demands)
+    limit = {k: max(1, math.ceil(v - 1e-9)) for k, v in q.items() if v > 0}
+    by_key = {d.key: d for d in demands}
+    tag = {d.key: max(vclock, d.vfinish) if d.vfinish is not None else vclock for d in demands}
+    seq = {d.key: d.served_seq for d in demands}
+    claims: dict[str, int] = {}
+    picks: list[str] = []
+    clock = vclock
+    order = 0
+    for _ in range(free):
+        eligible = [
+            d.key
+            for d in demands
+            if d.runnable > claims.get(d.key, 0)
+            and d.in_flight + claims.get(d.key, 0) < limit.get(d.key, 0)
+        ]
+        if not eligible:
+            break
+        best = min(eligible, key=lambda k: (max(clock, tag[k]), seq[k], k))
+        start = max(clock, tag[best])
+        tag[best] = start + 1.0 / by_key[best].weight
+        clock = start
+        order += 1
+        # Served groups queue behind the ones never served in this plan.
+        seq[best] = 1 << 62 | order
+        claims[best] = claims.get(best, 0) + 1
+        picks.append(best)
+    return Plan(claims=claims, picks=tuple(picks))
+
+
+def account(
+    plan: Plan,
+    claimed: Mapping[str, int],
+    demands: Sequence[GroupDemand],
+    vclock: float,
+    seq: int,
+) -> Progress:
+    """Replay the plan's picks for the jobs actually claimed and return the new state.
+
+    A claim can get fewer rows than planned (rows locked by another transaction are
+    skipped); only what was claimed advances a group's tag.
+    """
+    by_key = {d.key: d for d in demands}
+    used: dict[str, int] = {}
+    vfinish: dict[str, float] = {}
+    served: dict[str, int] = {}
+    clock = vclock
+    for key in plan.picks:
+        if used.get(key, 0) >= claimed.get(key, 0):
+            continue
+        used[key] = used.get(key, 0) + 1
+        previous = vfinish.get(key, by_key[key].vfinish)
+        start = max(clock, previous) if previous is not None else clock
+        vfinish[key] = start + 1.0 / by_key[key].weight
+        clock = start
+        seq += 1
+        served[key] = seq
+    return Progress(vclock=clock, seq=seq, vfinish=vfinish, served_seq=served)

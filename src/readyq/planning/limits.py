@@ -1,0 +1,54 @@
+"""The concurrency cap: the minimum of external limits, re-read at every tick."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from typing import Union
+
+from readyq.errors import ConfigurationError
+
+log = logging.getLogger("readyq.limits")
+
+Limit = Union[int, Callable[[], int]]
+Limits = Union[Limit, Sequence[Limit]]
+
+
+def normalize(limits: Limits) -> tuple[Limit, ...]:
+    """Check the limits given to a worker and return them as a tuple."""
+    items: tuple[Limit, ...] = (
+        tuple(limits) if isinstance(limits, (list, tuple)) else (limits,)  # type: ignore[arg-type]
+    )
+    if not items:
+        raise ConfigurationError("concurrency needs at least one limit")
+    for item in items:
+        if isinstance(item, bool) or not (isinstance(item, int) or callable(item)):
+            raise ConfigurationError(
+                f"a concurrency limit must be an int or a callable returning one, not {item!r}"
+            )
+        if isinstance(item, int) and item < 0:
+            raise ConfigurationError(f"a concurrency limit cannot be negative: {item}")
+    return items
+
+
+def current_cap(limits: Sequence[Limit]) -> int:
+    """Evaluate every limit now and return their minimum (never below zero).
+
+    A callable that raises or returns something that is not an int counts as 0: when an
+    external limit cannot be read, starting nothing is the safe choice.
+    """
+    values: list[int] = []
+    for item in limits:
+        if callable(item):
+            try:
+                value = item()
+            except Exception:
+                log.exception("concurrency limit %r raised; using 0 for this tick", item)
+                value = 0
+            if isinstance(value, bool) or not isinstance(value, int):
+                log.error("concurrency limit %r returned %r, not an int; using 0", item, value)
+                value = 0
+        else:
+            value = item
+        values.append(max(0, value))
+    return min(values)

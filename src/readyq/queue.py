@@ -1,0 +1,440 @@
+"""The public facade: :class:`Queue`."""
+
+from __future__ import annotations
+
+import math
+import numbers
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta, timezone
+from typing import Any, TypeVar
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection, Engine
+from sqlalchemy.orm import Session
+
+from readyq.dialects import dialect_class
+from readyq.errors import (
+    ConfigurationError,
+    InvalidJobOption,
+    InvalidWeight,
+    QueueClosed,
+    UnknownJobType,
+)
+from readyq.planning.limits import Limits
+from readyq.model import Job, JobInfo
+from readyq.payload import DEFAULT_MAX_PAYLOAD_BYTES, encode
+from readyq.planning.backoff import DEFAULT_RETRY_BASE, DEFAULT_RETRY_MAX
+from readyq.schema import DEFAULT_PREFIX, validate_prefix
+from readyq.store import NewJob, Store
+
+DEFAULT_URL = "sqlite:///readyq.db"
+DEFAULT_MAX_ATTEMPTS = 3
+DEFAULT_GROUP = "default"
+MAX_KEY_CHARS = 200
+MAX_WEIGHT = 1_000_000
+MAX_PRIORITY = 1_000_000
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+@dataclass(frozen=True)
+class HandlerSpec:
+    """A registered handler and its policies."""
+
+    type: str
+    fn: Callable[[Job], Any]
+    timeout: float | None
+    max_attempts: int | None
+    retry_on_timeout: bool
+    retry_base: float
+    retry_max: float
+
+
+def _seconds(value: float | timedelta | None, what: str, *, allow_zero: bool = False) -> float | None:
+    if value is None:
+        return None
+    if isinstance(value, timedelta):
+        value = value.total_seconds()
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise InvalidJobOption(f"{what} must be a number of seconds or a timedelta, not {value!r}")
+    seconds = float(value)
+    if not math.isfinite(seconds) or seconds < 0 or (seconds == 0 and not allow_zero):
+        raise InvalidJobOption(f"{what} must be a positive, finite duration, not {value!r}")
+    return seconds
+
+
+def _key(value: Any, what: str) -> str:
+    if not isinstance(value, str) or not value or len(value) > MAX_KEY_CHARS:
+        raise InvalidJobOption(f"{what} must be a non-empty string of at most {MAX_KEY_CHARS} characters, not {value!r}")
+    return value
+
+
+def _job_id(value: Any, what: str) -> int:
+    if isinstance(value, JobInfo):
+        return value.id
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        raise InvalidJobOption(f"{what} must be a job id (a positive int), not {value!r}")
+    return value
+
+
+class Queue:
+    """A job queue stored in one database under one table prefix.
+
+    Args:
+        url: a SQLAlchemy URL (``sqlite:///jobs.db``, ``postgresql+psycopg://...``,
+            ``mysql+pymysql://...``) or an existing :class:`~sqlalchemy.engine.Engine`.
+        prefix: table name prefix (``readyq_`` by default), for apps that already have a
+            ``jobs`` table. Must match ``^[A-Za-z_][A-Za-z0-9_]{0,30}$``.
+        max_payload_bytes: largest args or result accepted, as UTF-8 JSON (1 MiB).
+        default_max_attempts: attempts for jobs whose type sets none (3).
+
+    Example::
+
+        queue = readyq.Queue("sqlite:///jobs.db")
+        queue.create_schema()
+
+        @queue.handler("resize", timeout=600)
+        def resize(job):
+            return {"ok": True}
+
+        job_id = queue.enqueue("resize", {"path": "a.png"})
+        queue.run_worker(concurrency=4, until_idle=True)
+        assert queue.get(job_id).state == "done"
+    """
+
+    def __init__(
+        self,
+        url: str | sa.URL | Engine = DEFAULT_URL,
+        *,
+        prefix: str = DEFAULT_PREFIX,
+        max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
+        default_max_attempts: int = DEFAULT_MAX_ATTEMPTS,
+        engine_options: dict[str, Any] | None = None,
+    ) -> None:
+        validate_prefix(prefix)
+        if isinstance(max_payload_bytes, bool) or not isinstance(max_payload_bytes, int) or max_payload_bytes <= 0:
+            raise ConfigurationError(f"max_payload_bytes must be a positive int, not {max_payload_bytes!r}")
+        if isinstance(default_max_attempts, bool) or not isinstance(default_max_attempts, int) or default_max_attempts < 1:
+            raise ConfigurationError(f"default_max_attempts must be an int >= 1, not {default_max_attempts!r}")
+        if isinstance(url, Engine):
+            engine, owned = url, False
+        else:
+            parsed = sa.make_url(url)
+            options = dict(dialect_class(parsed.get_backend_name()).engine_options())
+            options.update(engine_options or {})
+            engine, owned = sa.create_engine(parsed, **options), True
+        self.prefix = prefix
+        self.max_payload_bytes = max_payload_bytes
+        self.default_max_attempts = default_max_attempts
+        self._store = Store(engine, prefix, owned=owned)
+        self._handlers: dict[str, HandlerSpec] = {}
+        self._closed = False
+
+    # -- set-up ---------------------------------------------------------------------------
+
+    @property
+    def engine(self) -> Engine:
+        """The engine readyq uses."""
+        return self._store.engine
+
+    @property
+    def database(self) -> str:
+        """The database flavour: ``sqlite``, ``postgresql``, ``mysql`` or ``mariadb``."""
+        dialect = self._store.dialect
+        return getattr(dialect, "flavour", dialect.name)
+
+    def create_schema(self) -> None:
+        """Create readyq's tables and indexes if they do not exist (idempotent)."""
+        self._check_open()
+        self._store.create_schema()
+
+    def drop_schema(self) -> None:
+        """Drop readyq's tables for this prefix, with every job in them."""
+        self._check_open()
+        self._store.drop_schema()
+
+    def close(self) -> None:
+        """Release connections. The queue raises QueueClosed afterwards."""
+        if not self._closed:
+            self._closed = True
+            self._store._raw_engine.dispose()
+
+    def __enter__(self) -> Queue:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise QueueClosed("this queue was closed")
+
+    # -- handlers ---------------------------------------------------------------------------
+
+    def handler(
+        self,
+        type: str,
+        *,
+        timeout: float | timedelta | None = None,
+        max_attempts: int | None = None,
+        retry_on_timeout: bool = True,
+        retry_backoff: float | timedelta = DEFAULT_RETRY_BASE,
+        retry_backoff_max: float | timedelta = DEFAULT_RETRY_MAX,
+    ) -> Callable[[F], F]:
+        """Register the function that runs jobs of ``type``.
+
+        Args:
+            timeout: seconds (or timedelta) an attempt may run; past it the attempt is
+                ended by the next tick of any worker, whether or not its worker is alive.
+            max_attempts: attempts before the job fails for good (queue default: 3).
+            retry_on_timeout: retry a timed-out attempt (True) or fail the job (False).
+            retry_backoff: first retry delay; doubles each attempt up to
+                ``retry_backoff_max``, with ±10% jitter.
+
+        The handler gets a :class:`readyq.Job` and returns a JSON-serialisable result.
+        It may be ``async def``; it then runs in its own event loop in the job's thread.
+        """
+        _key(type, "handler type")
+        timeout_s = _seconds(timeout, "timeout")
+        if max_attempts is not None and (isinstance(max_attempts, bool) or not isinstance(max_attempts, int) or max_attempts < 1):
+            raise ConfigurationError(f"max_attempts must be an int >= 1, not {max_attempts!r}")
+        base = _seconds(retry_backoff, "retry_backoff", allow_zero=True) or 0.0
+        cap = _seconds(retry_backoff_max, "retry_backoff_max", allow_zero=True) or 0.0
+
+        def register(fn: F) -> F:
+            self._handlers[type] = HandlerSpec(
+                type=type,
+                fn=fn,
+                timeout=timeout_s,
+                max_attempts=max_attempts,
+                retry_on_timeout=retry_on_timeout,
+                retry_base=base,
+                retry_max=cap,
+            )
+            return fn
+
+        return register
+
+    @property
+    def handlers(self) -> dict[str, HandlerSpec]:
+        return dict(self._handlers)
+
+    # -- enqueue ------------------------------------------------------------------------------
+
+    def _build(
+        self,
+        type: str,
+        args: Any,
+        *,
+        group: str,
+        weight: int,
+        priority: int,
+        depends_on: Iterable[int | JobInfo],
+        parent: int | JobInfo | None,
+        run_after: datetime | timedelta | float | None,
+        max_attempts: int | None,
+        timeout: float | timedelta | None,
+        is_container: bool,
+    ) -> NewJob:
+        self._check_open()
+        _key(type, "job type")
+        if not is_container and self._handlers and type not in self._handlers:
+            raise UnknownJobType(
+                f"no handler for job type {type!r} on this queue "
+                f"(registered: {', '.join(sorted(self._handlers))})"
+            )
+        _key(group, "group")
+        if isinstance(weight, bool) or not isinstance(weight, int) or not 1 <= weight <= MAX_WEIGHT:
+            raise InvalidWeight(f"weight must be an int from 1 to {MAX_WEIGHT}, not {weight!r}")
+        if isinstance(priority, bool) or not isinstance(priority, int) or abs(priority) > MAX_PRIORITY:
+            raise InvalidJobOption(f"priority must be an int within ±{MAX_PRIORITY}, not {priority!r}")
+        spec = self._handlers.get(type)
+        if max_attempts is None:
+            max_attempts = (spec.max_attempts if spec else None) or self.default_max_attempts
+        if isinstance(max_attempts, bool) or not isinstance(max_attempts, int) or max_attempts < 1:
+            raise InvalidJobOption(f"max_attempts must be an int >= 1, not {max_attempts!r}")
+        timeout_s = _seconds(timeout, "timeout")
+        if isinstance(depends_on, (str, bytes, int)):
+            raise InvalidJobOption("depends_on must be a list of job ids")
+        deps = tuple(dict.fromkeys(_job_id(d, "depends_on") for d in depends_on))
+        parent_id = None if parent is None else _job_id(parent, "parent")
+        run_at: float | None = None
+        delay: float | None = None
+        if isinstance(run_after, datetime):
+            if run_after.tzinfo is None:
+                run_after = run_after.replace(tzinfo=timezone.utc)
+            run_at = run_after.timestamp()
+        elif run_after is not None:
+            delay = _seconds(run_after, "run_after", allow_zero=True)
+        return NewJob(
+            type=type,
+            args_json=encode(args, max_bytes=self.max_payload_bytes),
+            group=group,
+            weight=weight,
+            priority=priority,
+            max_attempts=max_attempts,
+            timeout=timeout_s,
+            run_after_at=run_at,
+            run_after_delay=delay,
+            depends_on=deps,
+            parent=parent_id,
+            is_container=is_container,
+        )
+
+    @staticmethod
+    def _connection(connection: Connection | Session | None) -> Connection | None:
+        if connection is None or isinstance(connection, Connection):
+            return connection
+        if isinstance(connection, Session):
+            return connection.connection()
+        raise InvalidJobOption(f"connection must be a SQLAlchemy Connection or Session, not {connection!r}")
+
+    def enqueue(
+        self,
+        type: str,
+        args: Any = None,
+        *,
+        group: str = DEFAULT_GROUP,
+        weight: int = 1,
+        priority: int = 0,
+        depends_on: Iterable[int | JobInfo] = (),
+        parent: int | JobInfo | None = None,
+        run_after: datetime | timedelta | float | None = None,
+        max_attempts: int | None = None,
+        timeout: float | timedelta | None = None,
+        connection: Connection | Session | None = None,
+    ) -> int:
+        """Add a job and return its id.
+
+        Args:
+            type: the handler key.
+            args: JSON-serialisable arguments (strict JSON: no NaN, no sets, no objects).
+            group: fair-share group; slots are shared between groups by weight.
+            weight: the group's fair-share weight (a positive int).
+            priority: higher runs first within its group.
+            depends_on: job ids that must all end ``done`` before this one starts. If one
+                ends failed or cancelled, this job ends ``upstream_failed``.
+            parent: a container (see :meth:`enqueue_container`) this job belongs to.
+            run_after: not before this time (aware datetime, naive = UTC) or delay.
+            max_attempts: overrides the handler's (or the queue's) attempts.
+            timeout: overrides the handler's timeout for this job.
+            connection: enqueue inside the caller's transaction (a Connection or a
+                Session); readyq neither commits nor rolls it back.
+
+        Raises:
+            InvalidJob: a subclass naming what is wrong; nothing is written.
+        """
+        job = self._build(
+            type, args, group=group, weight=weight, priority=priority, depends_on=depends_on,
+            parent=parent, run_after=run_after, max_attempts=max_attempts, timeout=timeout,
+            is_container=False,
+        )
+        return self._store.enqueue(job, connection=self._connection(connection))
+
+    def enqueue_container(
+        self,
+        type: str,
+        args: Any = None,
+        *,
+        group: str = DEFAULT_GROUP,
+        weight: int = 1,
+        depends_on: Iterable[int | JobInfo] = (),
+        parent: int | JobInfo | None = None,
+        connection: Connection | Session | None = None,
+    ) -> int:
+        """Add a container: a job that never runs and ends when its last child ends.
+
+        It rolls up to ``done`` when every child ended done, else ``failed``. Containers
+        nest, and other jobs may depend on a container. Its ``depends_on`` applies to every
+        child. A container with no children stays ``active``.
+        """
+        job = self._build(
+            type, args, group=group, weight=weight, priority=0, depends_on=depends_on,
+            parent=parent, run_after=None, max_attempts=1, timeout=None, is_container=True,
+        )
+        return self._store.enqueue(job, connection=self._connection(connection))
+
+    # -- inspect and control ---------------------------------------------------------------------
+
+    def get(self, job_id: int) -> JobInfo:
+        """The job's current state, result, error and attempts. Raises JobNotFound."""
+        self._check_open()
+        return self._store.get(_job_id(job_id, "job id"))
+
+    def cancel(self, job_id: int) -> bool:
+        """Cancel a job. Returns False if it had already ended.
+
+        A waiting or ready job ends ``cancelled`` at once and never starts; its dependents
+        end ``upstream_failed``. A running job is asked to stop: its handler sees
+        ``job.cancelled`` at the next heartbeat, and the job ends ``cancelled`` unless
+        the handler returns a result first. Cancelling a container cancels its children.
+        """
+        self._check_open()
+        return self._store.cancel(_job_id(job_id, "job id"))
+
+    def counts(self) -> dict[str, int]:
+        """Number of jobs in each state."""
+        self._check_open()
+        return self._store.counts()
+
+    # -- workers ---------------------------------------------------------------------------------
+
+    def worker(
+        self,
+        *,
+        concurrency: Limits = 1,
+        lease_ttl: float | timedelta = 30.0,
+        heartbeat_interval: float | timedelta = 10.0,
+        poll_interval: float | timedelta = 1.0,
+        types: Sequence[str] | None = None,
+        worker_id: str | None = None,
+    ) -> Any:
+        """Build a :class:`readyq.Worker` over this queue's handlers (see run_worker)."""
+        from readyq.worker import Worker
+
+        self._check_open()
+        return Worker(
+            self,
+            concurrency=concurrency,
+            lease_ttl=lease_ttl,
+            heartbeat_interval=heartbeat_interval,
+            poll_interval=poll_interval,
+            types=types,
+            worker_id=worker_id,
+        )
+
+    def run_worker(
+        self,
+        *,
+        concurrency: Limits = 1,
+        lease_ttl: float | timedelta = 30.0,
+        heartbeat_interval: float | timedelta = 10.0,
+        poll_interval: float | timedelta = 1.0,
+        until_idle: bool = False,
+        types: Sequence[str] | None = None,
+        worker_id: str | None = None,
+    ) -> Any:
+        """Run jobs until stopped (or, with ``until_idle``, until none is left to run).
+
+        Args:
+            concurrency: the global cap: an int, a callable re-read every tick (free GPU
+                slots, API budget...), or a list of them, combined as their minimum. It
+                holds across every worker process on the database.
+            lease_ttl: how long a claim lives without a heartbeat.
+            heartbeat_interval: how often running jobs' leases are extended; at most
+                half of ``lease_ttl``.
+            poll_interval: longest wait between two looks for runnable jobs.
+            until_idle: return once every job of the worker's types has ended.
+            types: job types this worker runs (default: every registered handler).
+
+        Returns the worker's :class:`readyq.WorkerStats`.
+        """
+        return self.worker(
+            concurrency=concurrency,
+            lease_ttl=lease_ttl,
+            heartbeat_interval=heartbeat_interval,
+            poll_interval=poll_interval,
+            types=types,
+            worker_id=worker_id,
+        ).run(until_idle=until_idle)

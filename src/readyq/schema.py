@@ -1,0 +1,155 @@
+"""The one schema definition: tables built from a validated table prefix.
+
+Every instant that readyq compares (leases, deadlines, run_after) is stored as seconds
+since the Unix epoch in a double-precision column and compared with the database's own
+clock (see :meth:`readyq.dialects.base.Dialect.now`). One numeric type behaves the same
+on all three databases, where SQLite would otherwise compare datetimes as text.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+import sqlalchemy as sa
+from sqlalchemy.dialects import mysql
+
+from readyq.errors import InvalidTablePrefix
+
+PREFIX_PATTERN = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,30}$")
+DEFAULT_PREFIX = "readyq_"
+
+# Constraint and index names are part of the contract: error translation and the
+# migrations refer to them.
+NAMING_CONVENTION = {
+    "ix": "%(table_name)s_%(column_0_N_name)s_ix",
+    "uq": "%(table_name)s_%(column_0_N_name)s_uq",
+    "fk": "%(table_name)s_%(column_0_name)s_fk",
+    "pk": "%(table_name)s_pk",
+    "ck": "%(table_name)s_%(constraint_name)s_ck",
+}
+
+Id = sa.BigInteger().with_variant(sa.Integer(), "sqlite")
+# MySQL's TEXT stops at 64 KiB; LONGTEXT holds any payload under our own size limit.
+Payload = sa.Text().with_variant(mysql.LONGTEXT(), "mysql", "mariadb")
+Instant = sa.Double()
+
+
+def validate_prefix(prefix: str) -> str:
+    """Return ``prefix`` if it is a safe identifier prefix, else raise InvalidTablePrefix."""
+    if not isinstance(prefix, str) or not PREFIX_PATTERN.match(prefix):
+        raise InvalidTablePrefix(
+            f"table prefix {prefix!r} must match {PREFIX_PATTERN.pattern} "
+            "(letters, digits and underscores, at most 31 characters)"
+        )
+    return prefix
+
+
+@dataclass(frozen=True)
+class Tables:
+    """The readyq tables for one prefix."""
+
+    metadata: sa.MetaData
+    jobs: sa.Table
+    deps: sa.Table
+    groups: sa.Table
+    gate: sa.Table
+
+
+def build_tables(prefix: str = DEFAULT_PREFIX) -> Tables:
+    """Build the table definitions for ``prefix`` (validated first)."""
+    validate_prefix(prefix)
+    md = sa.MetaData(naming_convention=NAMING_CONVENTION)
+    jobs = sa.Table(
+        f"{prefix}jobs",
+        md,
+        sa.Column("id", Id, primary_key=True, autoincrement=True),
+        sa.Column("type", sa.String(200), nullable=False),
+        sa.Column("args", Payload, nullable=False),
+        sa.Column("result", Payload, nullable=True),
+        sa.Column("error", sa.Text, nullable=True),
+        sa.Column("state", sa.String(16), nullable=False),
+        sa.Column("is_container", sa.Boolean, nullable=False, default=False),
+        sa.Column("parent_id", Id, sa.ForeignKey(f"{prefix}jobs.id"), nullable=True),
+        sa.Column("group_key", sa.String(200), nullable=False),
+        sa.Column("weight", sa.Integer, nullable=False),
+        sa.Column("priority", sa.Integer, nullable=False),
+        sa.Column("attempts", sa.Integer, nullable=False, default=0),
+        sa.Column("max_attempts", sa.Integer, nullable=False),
+        sa.Column("timeout", sa.Double, nullable=True),
+        sa.Column("retry_on_timeout", sa.Boolean, nullable=False, default=True),
+        # Upstream jobs not yet done; the job is 'waiting' until this reaches zero.
+        sa.Column("pending_deps", sa.Integer, nullable=False, default=0),
+        # Containers only: children not yet terminal, and children that ended badly.
+        sa.Column("open_children", sa.Integer, nullable=False, default=0),
+        sa.Column("failed_children", sa.Integer, nullable=False, default=0),
+        sa.Column("cancel_requested", sa.Boolean, nullable=False, default=False),
+        sa.Column("lease_owner", sa.String(120), nullable=True),
+        # Fencing token: bumped at every claim, never reset.
+        sa.Column("lease_token", sa.BigInteger, nullable=False, default=0),
+        sa.Column("lease_expires", Instant, nullable=True),
+        sa.Column("heartbeat_at", Instant, nullable=True),
+        sa.Column("deadline", Instant, nullable=True),
+        sa.Column("run_after", Instant, nullable=True),
+        sa.Column("created_at", Instant, nullable=False),
+        sa.Column("updated_at", Instant, nullable=False),
+        sa.Column("started_at", Instant, nullable=True),
+        sa.Column("finished_at", Instant, nullable=True),
+    )
+    ready = jobs.c.state == "ready"
+    sa.Index(
+        None,
+        jobs.c.state,
+        jobs.c.run_after,
+        postgresql_where=ready,
+        sqlite_where=ready,
+    )
+    sa.Index(
+        f"{prefix}jobs_ready_group_ix",
+        jobs.c.state,
+        jobs.c.group_key,
+        jobs.c.priority.desc(),
+        jobs.c.id,
+        postgresql_where=ready,
+        sqlite_where=ready,
+    )
+    sa.Index(None, jobs.c.state, jobs.c.lease_expires)
+    sa.Index(None, jobs.c.parent_id)
+
+    deps = sa.Table(
+        f"{prefix}job_deps",
+        md,
+        sa.Column(
+            "job_id",
+            Id,
+            sa.ForeignKey(f"{prefix}jobs.id", ondelete="CASCADE"),
+            primary_key=True,
+        ),
+        sa.Column(
+            "depends_on_id",
+            Id,
+            sa.ForeignKey(f"{prefix}jobs.id"),
+            primary_key=True,
+        ),
+    )
+    sa.Index(None, deps.c.depends_on_id)
+
+    # Fair-share state shared by every worker: a virtual finish time per group (stride
+    # scheduling) and the round-robin sequence that rotates ties.
+    groups = sa.Table(
+        f"{prefix}groups",
+        md,
+        sa.Column("group_key", sa.String(200), primary_key=True),
+        sa.Column("vfinish", sa.Double, nullable=False),
+        sa.Column("served_seq", sa.BigInteger, nullable=False),
+    )
+    # One row. Claim transactions lock it so that the global cap and the fair-share
+    # clock are decided by one claimer at a time on every database.
+    gate = sa.Table(
+        f"{prefix}gate",
+        md,
+        sa.Column("id", sa.Integer, primary_key=True, autoincrement=False),
+        sa.Column("vclock", sa.Double, nullable=False),
+        sa.Column("seq", sa.BigInteger, nullable=False),
+    )
+    return Tables(metadata=md, jobs=jobs, deps=deps, groups=groups, gate=gate)

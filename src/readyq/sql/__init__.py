@@ -1,0 +1,1 @@
+"""SQLAlchemy Core builders. They build statements and never execute them."""

@@ -1,0 +1,970 @@
+"""The Store: the only place that opens transactions, calls the dialect and retries.
+
+Each public method is one unit of work run in one transaction. Units that may safely run
+again (claims, heartbeats, fenced finalizations, reclaims) are retried after deadlocks,
+serialization failures, SQLITE_BUSY and lost connections, with bounded backoff. Every
+write about a claimed job is fenced by ``lease_owner`` plus ``lease_token``: a write whose
+fence no longer matches changes nothing and is reported back as lost.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection, Engine
+
+from readyq.dialects import ClaimRequest, Dialect, dialect_for
+from readyq.errors import (
+    DependencyCycle,
+    DependencyNotFound,
+    InvalidParent,
+    JobNotFound,
+    SchemaNotFound,
+)
+from readyq.model import (
+    BAD_ENDS,
+    IN_FLIGHT_STATES,
+    UNFINISHED_STATES,
+    ClaimedJob,
+    JobInfo,
+    JobState,
+    from_epoch,
+)
+from readyq.payload import decode
+from readyq.planning.backoff import retry_delay
+from readyq.planning.fair_share import GroupDemand, account, plan_claims
+from readyq.schema import Tables, build_tables
+from readyq.sql.ready import runnable
+
+log = logging.getLogger("readyq.store")
+
+T = TypeVar("T")
+
+MAX_ERROR_CHARS = 8000
+DEFAULT_TX_RETRIES = 12
+GATE_ID = 1
+
+
+@dataclass(frozen=True)
+class NewJob:
+    """A validated job, ready to insert."""
+
+    type: str
+    args_json: str
+    group: str = "default"
+    weight: int = 1
+    priority: int = 0
+    max_attempts: int = 3
+    timeout: float | None = None
+    run_after_at: float | None = None
+    run_after_delay: float | None = None
+    depends_on: tuple[int, ...] = ()
+    parent: int | None = None
+    is_container: bool = False
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """How one attempt ended, as the worker reports it.
+
+    ``kind`` is ``done`` (with ``result_json``), ``retry`` (back to ready after
+    ``delay`` seconds), ``fail`` (terminal failure), ``cancel`` (terminal, the job was
+    cancelled while it ran) or ``release`` (handed back unrun by a stopping worker, the
+    attempt not charged).
+    """
+
+    job: ClaimedJob
+    kind: str
+    result_json: str | None = None
+    error: str | None = None
+    delay: float = 0.0
+
+
+@dataclass(frozen=True)
+class ReclaimResult:
+    """What one sweep of expired leases and passed deadlines did."""
+
+    retried: int = 0
+    failed: int = 0
+    timed_out: int = 0
+    cancelled: int = 0
+
+    @property
+    def total(self) -> int:
+        return self.retried + self.failed + self.cancelled
+
+
+@dataclass
+class Lease:
+    """The fence of one claimed job."""
+
+    id: int
+    token: int
+
+
+@dataclass(frozen=True)
+class LeaseStatus:
+    """What a heartbeat learned about one job."""
+
+    lost: bool
+    cancel_requested: bool
+
+
+def _truncate(text: str | None) -> str | None:
+    if text is None or len(text) <= MAX_ERROR_CHARS:
+        return text
+    return text[: MAX_ERROR_CHARS - 20] + "\n... (truncated)"
+
+
+class Store:
+    """Transactions over the readyq tables of one prefix."""
+
+    def __init__(
+        self,
+        engine: Engine,
+        prefix: str,
+        *,
+        owned: bool,
+        tx_retries: int = DEFAULT_TX_RETRIES,
+    ) -> None:
+        self.tables: Tables = build_tables(prefix)
+        self._raw_engine = engine
+        self._owned = owned
+        self._engine: Engine | None = None
+        self._dialect: Dialect | None = None
+        self._init_lock = threading.Lock()
+        self.tx_retries = tx_retries
+        # Seconds added to the database clock. Tests move time forward with it instead of
+        # sleeping; it shifts every comparison the same way, as a faster clock would.
+        self.clock_offset = 0.0
+        # Test hook: called with the connection inside each claim transaction.
+        self.on_claim_transaction: Callable[[Connection], None] | None = None
+
+    # -- plumbing -----------------------------------------------------------------------
+
+    def _ensure(self) -> tuple[Engine, Dialect]:
+        if self._dialect is None or self._engine is None:
+            with self._init_lock:
+                if self._dialect is None:
+                    dialect = dialect_for(self._raw_engine)
+                    self._engine = dialect.prepare_engine(self._raw_engine, owned=self._owned)
+                    self._dialect = dialect
+        assert self._engine is not None and self._dialect is not None
+        return self._engine, self._dialect
+
+    @property
+    def dialect(self) -> Dialect:
+        return self._ensure()[1]
+
+    @property
+    def engine(self) -> Engine:
+        return self._ensure()[0]
+
+    def now(self) -> sa.ColumnElement[float]:
+        expr = self.dialect.now()
+        if self.clock_offset:
+            return expr + sa.literal(self.clock_offset, sa.Double)
+        return expr
+
+    def _translate(self, exc: sa.exc.DBAPIError) -> None:
+        if self.dialect.is_missing_table(exc):
+            raise SchemaNotFound(
+                f"readyq tables with prefix {self.tables.jobs.name[:-4]!r} are missing: "
+                "call Queue.create_schema() first"
+            ) from exc
+
+    def write(
+        self,
+        unit: Callable[[Connection], T],
+        *,
+        connection: Connection | None = None,
+        idempotent: bool = True,
+        what: str = "write",
+    ) -> T:
+        """Run ``unit`` in one write transaction, committed here, retried when safe.
+
+        With ``connection`` the unit runs inside the caller's transaction: nothing is
+        begun, committed or retried here. When ``idempotent`` is False a failure during
+        COMMIT is raised rather than retried, since the first commit may have landed.
+        """
+        engine, dialect = self._ensure()
+        if connection is not None:
+            try:
+                return unit(connection)
+            except sa.exc.DBAPIError as exc:
+                self._translate(exc)
+                raise
+        attempt = 0
+        while True:
+            committing = False
+            try:
+                with engine.connect() as conn:
+                    dialect.begin_write(conn)
+                    out = unit(conn)
+                    committing = True
+                    conn.commit()
+                    return out
+            except sa.exc.DBAPIError as exc:
+                self._translate(exc)
+                attempt += 1
+                if (
+                    not dialect.is_retryable(exc)
+                    or attempt > self.tx_retries
+                    or (committing and not idempotent)
+                ):
+                    raise
+                delay = min(2.0, 0.005 * (2 ** min(attempt, 9))) * (0.5 + random.random())
+                log.debug("%s: retrying after %s (attempt %d)", what, exc.__class__.__name__,
+                          attempt)
+                time.sleep(delay)
+
+    def read(self, unit: Callable[[Connection], T]) -> T:
+        """Run a read-only unit (retried like writes)."""
+        engine, dialect = self._ensure()
+        attempt = 0
+        while True:
+            try:
+                with engine.connect() as conn:
+                    out = unit(conn)
+                    conn.rollback()
+                    return out
+            except sa.exc.DBAPIError as exc:
+                self._translate(exc)
+                attempt += 1
+                if not dialect.is_retryable(exc) or attempt > self.tx_retries:
+                    raise
+                time.sleep(min(2.0, 0.005 * (2 ** min(attempt, 9))) * (0.5 + random.random()))
+
+    # -- schema -------------------------------------------------------------------------
+
+    def create_schema(self) -> None:
+        """Create the tables and the gate row if missing (idempotent)."""
+        engine, dialect = self._ensure()
+        t = self.tables
+        if dialect.name == "sqlite":
+            with engine.connect() as conn:
+                conn.exec_driver_sql("PRAGMA journal_mode=WAL")
+                conn.commit()
+        t.metadata.create_all(engine, checkfirst=True)
+
+        def gate(conn: Connection) -> None:
+            row = conn.execute(sa.select(t.gate.c.id).where(t.gate.c.id == GATE_ID)).first()
+            if row is None:
+                conn.execute(sa.insert(t.gate).values(id=GATE_ID, vclock=0.0, seq=0))
+
+        self.write(gate, what="create_schema")
+
+    def drop_schema(self) -> None:
+        self.tables.metadata.drop_all(self.engine, checkfirst=True)
+
+    # -- enqueue ------------------------------------------------------------------------
+
+    def enqueue(self, job: NewJob, *, connection: Connection | None = None) -> int:
+        return self.write(
+            lambda conn: self._insert_job(conn, job),
+            connection=connection,
+            idempotent=False,
+            what="enqueue",
+        )
+
+    def _ancestors(self, conn: Connection, parent: int) -> list[int]:
+        j = self.tables.jobs
+        chain = [parent]
+        seen = {parent}
+        current: int | None = parent
+        while current is not None:
+            row = conn.execute(sa.select(j.c.parent_id).where(j.c.id == current)).first()
+            current = None if row is None or row.parent_id is None else int(row.parent_id)
+            if current is not None:
+                if current in seen:  # corrupted data; never loop forever
+                    break
+                seen.add(current)
+                chain.append(current)
+        return chain
+
+    def _insert_job(self, conn: Connection, job: NewJob) -> int:
+        t = self.tables
+        j = t.jobs
+        d = self.dialect
+        now = self.now()
+        deps = set(job.depends_on)
+        if job.parent is not None:
+            parent = conn.execute(
+                d.lock_rows(
+                    sa.select(j.c.id, j.c.is_container, j.c.state).where(j.c.id == job.parent)
+                )
+            ).first()
+            if parent is None:
+                raise InvalidParent(f"parent job {job.parent} does not exist")
+            if not parent.is_container:
+                raise InvalidParent(
+                    f"job {job.parent} is not a container; create one with enqueue_container()"
+                )
+            if parent.state != JobState.ACTIVE.value:
+                raise InvalidParent(
+                    f"container {job.parent} has already finished ({parent.state})"
+                )
+            ancestors = self._ancestors(conn, job.parent)
+            looped = deps.intersection(ancestors)
+            if looped:
+                raise DependencyCycle(
+                    f"a job cannot depend on its own container {sorted(looped)[0]}: "
+                    "the container only finishes after the job"
+                )
+            # A container's dependencies hold for every job inside it.
+            inherited = conn.execute(
+                sa.select(t.deps.c.depends_on_id).where(t.deps.c.job_id.in_(ancestors))
+            ).scalars()
+            deps.update(int(x) for x in inherited)
+        states: dict[int, str] = {}
+        if deps:
+            rows = conn.execute(
+                d.lock_rows(
+                    sa.select(j.c.id, j.c.state).where(j.c.id.in_(sorted(deps))).order_by(j.c.id)
+                )
+            ).all()
+            states = {int(r.id): r.state for r in rows}
+            missing = sorted(deps - states.keys())
+            if missing:
+                raise DependencyNotFound(
+                    f"depends_on names job(s) that do not exist: {', '.join(map(str, missing))}"
+                )
+        bad = sorted(dep for dep, state in states.items() if state in BAD_ENDS)
+        pending = sum(1 for state in states.values() if state != JobState.DONE.value)
+        if job.is_container:
+            state = JobState.ACTIVE
+        elif bad:
+            state = JobState.UPSTREAM_FAILED
+        elif pending:
+            state = JobState.WAITING
+        else:
+            state = JobState.READY
+        if job.run_after_at is not None:
+            run_after: Any = job.run_after_at
+        elif job.run_after_delay is not None:
+            run_after = now + job.run_after_delay
+        else:
+            run_after = None
+        values: dict[str, Any] = {
+            "type": job.type,
+            "args": job.args_json,
+            "state": state.value,
+            "is_container": job.is_container,
+            "parent_id": job.parent,
+            "group_key": job.group,
+            "weight": job.weight,
+            "priority": job.priority,
+            "attempts": 0,
+            "max_attempts": job.max_attempts,
+            "timeout": job.timeout,
+            "retry_on_timeout": True,
+            "pending_deps": pending,
+            "open_children": 0,
+            "failed_children": 0,
+            "cancel_requested": False,
+            "lease_token": 0,
+            "run_after": run_after,
+            "created_at": now,
+            "updated_at": now,
+        }
+        if state is JobState.UPSTREAM_FAILED:
+            values["error"] = f"dependency {bad[0]} ended {states[bad[0]]}"
+            values["finished_at"] = now
+        new_id = int(conn.execute(sa.insert(j).values(**values)).inserted_primary_key[0])
+        if deps:
+            conn.execute(
+                sa.insert(t.deps), [{"job_id": new_id, "depends_on_id": dep} for dep in deps]
+            )
+        if job.parent is not None:
+            conn.execute(
+                sa.update(j)
+                .where(j.c.id == job.parent)
+                .values(open_children=j.c.open_children + 1, updated_at=now)
+            )
+            if state is JobState.UPSTREAM_FAILED:
+                self._propagate(conn, [(new_id, state.value, job.parent)])
+        return new_id
+
+    # -- propagation --------------------------------------------------------------------
+
+    def _propagate(self, conn: Connection, ended: Iterable[tuple[int, str, int | None]]) -> None:
+        """Apply the consequences of jobs reaching a terminal state, in this transaction.
+
+        Dependents of a ``done`` job count one fewer unfinished upstream job and become
+        ready at zero; dependents of a job that ended badly end ``upstream_failed``, and so
+        on down the graph. A container whose last child ended rolls up to ``done`` or
+        ``failed`` and propagates in turn.
+        """
+        t = self.tables
+        j = t.jobs
+        now = self.now()
+        work: deque[tuple[int, str, int | None]] = deque(ended)
+        while work:
+            job_id, state, parent_id = work.popleft()
+            dependents = sa.select(t.deps.c.job_id).where(t.deps.c.depends_on_id == job_id)
+            if state == JobState.DONE.value:
+                # SET order matters on MySQL, which evaluates assignments left to right
+                # with already-updated values: decide the state from the old counter.
+                conn.execute(
+                    sa.update(j)
+                    .where(j.c.id.in_(dependents))
+                    .ordered_values(
+                        (
+                            j.c.state,
+                            sa.case(
+                                (
+                                    sa.and_(j.c.state == "waiting", j.c.pending_deps <= 1),
+                                    "ready",
+                                ),
+                                else_=j.c.state,
+                            ),
+                        ),
+                        (j.c.pending_deps, j.c.pending_deps - 1),
+                        (j.c.updated_at, now),
+                    )
+                )
+            else:
+                rows = conn.execute(
+                    sa.select(j.c.id, j.c.parent_id).where(
+                        j.c.id.in_(dependents), j.c.state == "waiting"
+                    )
+                ).all()
+                if rows:
+                    conn.execute(
+                        sa.update(j)
+                        .where(j.c.id.in_([r.id for r in rows]), j.c.state == "waiting")
+                        .values(
+                            state=JobState.UPSTREAM_FAILED.value,
+                            error=f"dependency {job_id} ended {state}",
+                            finished_at=now,
+                            updated_at=now,
+                        )
+                    )
+                    work.extend(
+                        (int(r.id), JobState.UPSTREAM_FAILED.value, r.parent_id) for r in rows
+                    )
+            if parent_id is not None:
+                bad = 0 if state == JobState.DONE.value else 1
+                conn.execute(
+                    sa.update(j)
+                    .where(j.c.id == parent_id)
+                    .values(
+                        open_children=j.c.open_children - 1,
+                        failed_children=j.c.failed_children + bad,
+                        updated_at=now,
+                    )
+                )
+                parent = conn.execute(
+                    sa.select(
+                        j.c.state, j.c.open_children, j.c.failed_children, j.c.parent_id
+                    ).where(j.c.id == parent_id)
+                ).first()
+                if parent is not None and parent.state == "active" and parent.open_children <= 0:
+                    final = "done" if parent.failed_children == 0 else "failed"
+                    error = (
+                        None
+                        if final == "done"
+                        else f"{parent.failed_children} child job(s) did not end done"
+                    )
+                    rolled = conn.execute(
+                        sa.update(j)
+                        .where(j.c.id == parent_id, j.c.state == "active")
+                        .values(state=final, error=error, finished_at=now, updated_at=now)
+                    )
+                    if rolled.rowcount == 1:
+                        work.append((int(parent_id), final, parent.parent_id))
+
+    # -- claim --------------------------------------------------------------------------
+
+    def claim(
+        self,
+        *,
+        owner: str,
+        cap: int,
+        limit: int,
+        ttl: float,
+        types: Sequence[str] | None,
+    ) -> list[ClaimedJob]:
+        """Lease runnable jobs under the global cap, shared between groups fairly.
+
+        One transaction: lock the gate row (claims that decide the cap and the
+        fair-share clock take turns), count what is in flight across every worker,
+        plan per group, claim per group through the dialect, record the fair-share
+        progress.
+        """
+        if cap <= 0 or limit <= 0:
+            return []
+        return self.write(
+            lambda conn: self._claim(conn, owner, cap, limit, ttl, types), what="claim"
+        )
+
+    def _claim(
+        self,
+        conn: Connection,
+        owner: str,
+        cap: int,
+        limit: int,
+        ttl: float,
+        types: Sequence[str] | None,
+    ) -> list[ClaimedJob]:
+        t = self.tables
+        j, g = t.jobs, t.groups
+        d = self.dialect
+        if self.on_claim_transaction is not None:
+            self.on_claim_transaction(conn)
+        gate = conn.execute(
+            d.lock_rows(sa.select(t.gate.c.vclock, t.gate.c.seq).where(t.gate.c.id == GATE_ID))
+        ).first()
+        if gate is None:
+            raise SchemaNotFound("the readyq gate row is missing: call Queue.create_schema()")
+        in_flight = {
+            r.group_key: (int(r.n), int(r.w))
+            for r in conn.execute(
+                sa.select(j.c.group_key, sa.func.count().label("n"), sa.func.max(j.c.weight).label("w"))
+                .where(j.c.state.in_(IN_FLIGHT_STATES))
+                .group_by(j.c.group_key)
+            )
+        }
+        if cap - sum(n for n, _ in in_flight.values()) <= 0:
+            return []
+        now = self.now()
+        ready = {
+            r.group_key: (int(r.n), int(r.w))
+            for r in conn.execute(
+                sa.select(j.c.group_key, sa.func.count().label("n"), sa.func.max(j.c.weight).label("w"))
+                .where(runnable(t, now, types=types))
+                .group_by(j.c.group_key)
+            )
+        }
+        if not ready:
+            return []
+        history = {
+            r.group_key: r
+            for r in conn.execute(sa.select(g).where(g.c.group_key.in_(sorted(ready))))
+        }
+        demands = []
+        for key in sorted(set(ready) | set(in_flight)):
+            n_ready, w_ready = ready.get(key, (0, 0))
+            n_flight, w_flight = in_flight.get(key, (0, 0))
+            hist = history.get(key)
+            demands.append(
+                GroupDemand(
+                    key=key,
+                    weight=max(w_ready, w_flight, 1),
+                    in_flight=n_flight,
+                    runnable=n_ready,
+                    vfinish=None if hist is None else float(hist.vfinish),
+                    served_seq=0 if hist is None else int(hist.served_seq),
+                )
+            )
+        vclock = float(gate.vclock)
+        plan = plan_claims(cap, demands, vclock, max_claims=limit)
+        claimed: list[ClaimedJob] = []
+        counts: dict[str, int] = {}
+        for key in dict.fromkeys(plan.picks):
+            got = d.claim(
+                conn,
+                t,
+                ClaimRequest(owner=owner, group=key, limit=plan.claims[key], ttl=ttl, types=types),
+                now,
+            )
+            counts[key] = len(got)
+            claimed.extend(got)
+        if not claimed:
+            return []
+        progress = account(plan, counts, demands, vclock, int(gate.seq))
+        for key, vfinish in progress.vfinish.items():
+            values = {"vfinish": vfinish, "served_seq": progress.served_seq[key]}
+            if key in history:
+                conn.execute(sa.update(g).where(g.c.group_key == key).values(**values))
+            else:
+                conn.execute(sa.insert(g).values(group_key=key, **values))
+        conn.execute(
+            sa.update(t.gate)
+            .where(t.gate.c.id == GATE_ID)
+            .values(vclock=progress.vclock, seq=progress.seq)
+        )
+        return claimed
+
+    # -- fenced writes ------------------------------------------------------------------
+
+    def _fence(self, owner: str, leases: Sequence[Lease]) -> sa.ColumnElement[bool]:
+        j = self.tables.jobs
+        return sa.and_(
+            sa.tuple_(j.c.id, j.c.lease_token).in_([(x.id, x.token) for x in leases]),
+            j.c.lease_owner == owner,
+        )
+
+    def mark_running(
+        self, owner: str, starts: Sequence[tuple[ClaimedJob, float | None, bool]]
+    ) -> set[int]:
+        """Move leased jobs to running, setting each job's deadline; returns the ids moved.
+
+        ``starts`` holds (job, timeout seconds or None, retry_on_timeout).
+        """
+        if not starts:
+            return set()
+        j = self.tables.jobs
+
+        def unit(conn: Connection) -> set[int]:
+            now = self.now()
+            by_policy: dict[tuple[float | None, bool], list[Lease]] = {}
+            for job, timeout, retry in starts:
+                by_policy.setdefault((timeout, retry), []).append(Lease(job.id, job.lease_token))
+            moved = 0
+            for (timeout, retry), leases in by_policy.items():
+                moved += conn.execute(
+                    sa.update(j)
+                    .where(self._fence(owner, leases), j.c.state == "leased")
+                    .values(
+                        state="running",
+                        started_at=now,
+                        deadline=None if timeout is None else now + timeout,
+                        retry_on_timeout=retry,
+                        updated_at=now,
+                    )
+                ).rowcount
+            ids = [job.id for job, _, _ in starts]
+            if moved == len(ids):
+                return set(ids)
+            tokens = {job.id: job.lease_token for job, _, _ in starts}
+            rows = conn.execute(
+                sa.select(j.c.id, j.c.lease_token, j.c.lease_owner, j.c.state).where(
+                    j.c.id.in_(ids)
+                )
+            ).all()
+            return {
+                int(r.id)
+                for r in rows
+                if r.state == "running" and r.lease_owner == owner and r.lease_token == tokens[r.id]
+            }
+
+        return self.write(unit, what="mark_running")
+
+    def heartbeat(self, owner: str, leases: Sequence[Lease], ttl: float) -> dict[int, LeaseStatus]:
+        """Extend the leases still held, in one statement; report lost and cancelled jobs."""
+        if not leases:
+            return {}
+        j = self.tables.jobs
+        tokens = {x.id: x.token for x in leases}
+
+        def unit(conn: Connection) -> dict[int, LeaseStatus]:
+            now = self.now()
+            conn.execute(
+                sa.update(j)
+                .where(self._fence(owner, leases), j.c.state.in_(IN_FLIGHT_STATES))
+                .values(lease_expires=now + ttl, heartbeat_at=now)
+            )
+            rows = conn.execute(
+                sa.select(
+                    j.c.id, j.c.lease_token, j.c.lease_owner, j.c.state, j.c.cancel_requested
+                ).where(j.c.id.in_(list(tokens)))
+            ).all()
+            status = {x.id: LeaseStatus(lost=True, cancel_requested=False) for x in leases}
+            for r in rows:
+                held = (
+                    r.lease_owner == owner
+                    and r.lease_token == tokens[r.id]
+                    and r.state in IN_FLIGHT_STATES
+                )
+                status[int(r.id)] = LeaseStatus(
+                    lost=not held, cancel_requested=bool(r.cancel_requested)
+                )
+            return status
+
+        return self.write(unit, what="heartbeat")
+
+    def finish(self, owner: str, outcomes: Sequence[Outcome]) -> dict[int, bool]:
+        """Record how attempts ended, each fenced by its lease, in one transaction.
+
+        Returns job id → True if the outcome was recorded, False if fenced out. Running
+        the unit again after an ambiguous commit is safe: an outcome already recorded
+        under the same lease is recognised and reported True again.
+        """
+        if not outcomes:
+            return {}
+        return self.write(lambda conn: self._finish(conn, owner, outcomes), what="finish")
+
+    def _finish(
+        self, conn: Connection, owner: str, outcomes: Sequence[Outcome]
+    ) -> dict[int, bool]:
+        j = self.tables.jobs
+        now = self.now()
+        applied: dict[int, bool] = {}
+        ended: list[tuple[int, str, int | None]] = []
+        for o in sorted(outcomes, key=lambda o: o.job.id):
+            job = o.job
+            fence = sa.and_(
+                j.c.id == job.id,
+                j.c.lease_token == job.lease_token,
+                j.c.lease_owner == owner,
+                j.c.state == "running",
+            )
+            final: str | None
+            if o.kind == "done":
+                final = "done"
+                values: dict[str, Any] = {
+                    "state": final,
+                    "result": o.result_json,
+                    "error": None,
+                    "finished_at": now,
+                }
+            elif o.kind == "retry":
+                final = None
+                values = {"state": "ready", "error": _truncate(o.error), "run_after": now + o.delay}
+                # A cancel requested while the attempt ran wins over the retry.
+                fence = sa.and_(fence, j.c.cancel_requested == sa.false())
+            elif o.kind == "release":
+                # Handed back by a worker that is shutting down: no attempt is charged.
+                final = None
+                values = {"state": "ready", "attempts": j.c.attempts - 1, "run_after": None}
+            elif o.kind in ("fail", "cancel"):
+                final = "failed" if o.kind == "fail" else "cancelled"
+                values = {"state": final, "error": _truncate(o.error), "finished_at": now}
+            else:
+                raise ValueError(f"unknown outcome kind {o.kind!r}")
+            values.update(lease_expires=None, deadline=None, updated_at=now)
+            count = conn.execute(sa.update(j).where(fence).values(**values)).rowcount
+            if count == 0 and o.kind == "retry":
+                count = conn.execute(
+                    sa.update(j)
+                    .where(
+                        j.c.id == job.id,
+                        j.c.lease_token == job.lease_token,
+                        j.c.lease_owner == owner,
+                        j.c.state == "running",
+                        j.c.cancel_requested == sa.true(),
+                    )
+                    .values(
+                        state="cancelled",
+                        error=_truncate(o.error),
+                        finished_at=now,
+                        lease_expires=None,
+                        deadline=None,
+                        updated_at=now,
+                    )
+                ).rowcount
+                if count:
+                    final = "cancelled"
+            if count == 1:
+                applied[job.id] = True
+                if final is not None:
+                    ended.append((job.id, final, job.parent_id))
+                continue
+            # Fenced out, unless this very outcome was committed by an earlier try whose
+            # COMMIT reply was lost.
+            row = conn.execute(
+                sa.select(j.c.state, j.c.lease_token, j.c.lease_owner).where(j.c.id == job.id)
+            ).first()
+            expected = {
+                "done": ("done",),
+                "retry": ("ready", "cancelled"),
+                "release": ("ready",),
+                "fail": ("failed",),
+                "cancel": ("cancelled",),
+            }[o.kind]
+            applied[job.id] = bool(
+                row is not None
+                and row.lease_owner == owner
+                and row.lease_token == job.lease_token
+                and row.state in expected
+            )
+        self._propagate(conn, ended)
+        return applied
+
+    # -- reclaim ------------------------------------------------------------------------
+
+    def reclaim(self, *, limit: int = 500) -> ReclaimResult:
+        """Return expired leases to ready (or failed), and end attempts past their deadline.
+
+        Each row is re-checked in its UPDATE (state, token and expiry), so a job that was
+        finished or re-claimed after the SELECT is left alone.
+        """
+        return self.write(lambda conn: self._reclaim(conn, limit), what="reclaim")
+
+    def _reclaim(self, conn: Connection, limit: int) -> ReclaimResult:
+        j = self.tables.jobs
+        d = self.dialect
+        now = self.now()
+        expired = sa.or_(
+            j.c.lease_expires < now, sa.and_(j.c.state == "running", j.c.deadline < now)
+        )
+        rows = conn.execute(
+            d.lock_rows_skip_locked(
+                sa.select(
+                    j.c.id,
+                    j.c.state,
+                    j.c.attempts,
+                    j.c.max_attempts,
+                    j.c.lease_token,
+                    j.c.parent_id,
+                    j.c.lease_expires,
+                    j.c.deadline,
+                    j.c.retry_on_timeout,
+                    j.c.cancel_requested,
+                    j.c.timeout,
+                    now.label("now"),
+                )
+                .where(j.c.state.in_(IN_FLIGHT_STATES), expired)
+                .order_by(j.c.id)
+                .limit(limit)
+            )
+        ).all()
+        retried = failed = timed_out = cancelled = 0
+        ended: list[tuple[int, str, int | None]] = []
+        for r in rows:
+            is_timeout = (
+                r.state == "running" and r.deadline is not None and r.deadline < r.now
+            )
+            if is_timeout:
+                timed_out += 1
+                why = f"timed out after {r.timeout:g}s (attempt {r.attempts})"
+                retry = bool(r.retry_on_timeout) and r.attempts < r.max_attempts
+            else:
+                why = f"lease expired: worker lost during attempt {r.attempts}"
+                retry = r.attempts < r.max_attempts
+            values: dict[str, Any]
+            if r.cancel_requested:
+                final: str | None = "cancelled"
+                values = {"state": final, "finished_at": now}
+            elif retry:
+                final = None
+                values = {"state": "ready", "run_after": now + retry_delay(r.attempts)}
+            else:
+                final = "failed"
+                values = {"state": final, "finished_at": now}
+            values.update(error=why, lease_expires=None, deadline=None, updated_at=now)
+            count = conn.execute(
+                sa.update(j)
+                .where(
+                    j.c.id == r.id,
+                    j.c.lease_token == r.lease_token,
+                    j.c.state.in_(IN_FLIGHT_STATES),
+                    expired,
+                )
+                .values(**values)
+            ).rowcount
+            if count != 1:
+                continue
+            if final is None:
+                retried += 1
+            elif final == "failed":
+                failed += 1
+            else:
+                cancelled += 1
+            if final is not None:
+                ended.append((int(r.id), final, r.parent_id))
+        self._propagate(conn, ended)
+        return ReclaimResult(
+            retried=retried, failed=failed, timed_out=timed_out, cancelled=cancelled
+        )
+
+    # -- cancel -------------------------------------------------------------------------
+
+    def cancel(self, job_id: int) -> bool:
+        """Cancel a job; see ``Queue.cancel``."""
+        return self.write(lambda conn: self._cancel(conn, job_id), what="cancel")
+
+    def _cancel(self, conn: Connection, job_id: int) -> bool:
+        j = self.tables.jobs
+        d = self.dialect
+        now = self.now()
+        row = conn.execute(
+            d.lock_rows(sa.select(j.c.state, j.c.parent_id).where(j.c.id == job_id))
+        ).first()
+        if row is None:
+            raise JobNotFound(f"no job with id {job_id}")
+        state = row.state
+        if state in ("waiting", "ready"):
+            conn.execute(
+                sa.update(j)
+                .where(j.c.id == job_id, j.c.state == state)
+                .values(state="cancelled", error="cancelled", finished_at=now, updated_at=now)
+            )
+            self._propagate(conn, [(job_id, "cancelled", row.parent_id)])
+            return True
+        if state in IN_FLIGHT_STATES:
+            conn.execute(
+                sa.update(j).where(j.c.id == job_id).values(cancel_requested=True, updated_at=now)
+            )
+            return True
+        if state == "active":
+            children = conn.execute(
+                sa.select(j.c.id).where(j.c.parent_id == job_id, j.c.state.in_(UNFINISHED_STATES + ("active",)))
+            ).scalars().all()
+            for child in children:
+                self._cancel(conn, int(child))
+            still = conn.execute(sa.select(j.c.state).where(j.c.id == job_id)).scalar_one()
+            if still == "active" and not children:
+                conn.execute(
+                    sa.update(j)
+                    .where(j.c.id == job_id, j.c.state == "active")
+                    .values(state="cancelled", error="cancelled", finished_at=now, updated_at=now)
+                )
+                self._propagate(conn, [(job_id, "cancelled", row.parent_id)])
+            return True
+        return False
+
+    # -- reads --------------------------------------------------------------------------
+
+    def get(self, job_id: int) -> JobInfo:
+        j = self.tables.jobs
+
+        def unit(conn: Connection) -> JobInfo:
+            row = conn.execute(sa.select(j).where(j.c.id == job_id)).first()
+            if row is None:
+                raise JobNotFound(f"no job with id {job_id}")
+            deps = conn.execute(
+                sa.select(self.tables.deps.c.depends_on_id)
+                .where(self.tables.deps.c.job_id == job_id)
+                .order_by(self.tables.deps.c.depends_on_id)
+            ).scalars()
+            return info_from_row(row, tuple(int(x) for x in deps))
+
+        return self.read(unit)
+
+    def has_unfinished(self, types: Sequence[str] | None = None) -> bool:
+        """True while any non-container job (of ``types``) is not terminal."""
+        j = self.tables.jobs
+        stmt = sa.select(j.c.id).where(j.c.state.in_(UNFINISHED_STATES))
+        if types is not None:
+            stmt = stmt.where(j.c.type.in_(list(types)))
+        return self.read(lambda conn: conn.execute(stmt.limit(1)).first() is not None)
+
+    def counts(self) -> dict[str, int]:
+        """Number of jobs per state."""
+        j = self.tables.jobs
+        stmt = sa.select(j.c.state, sa.func.count()).group_by(j.c.state)
+        return self.read(lambda conn: {r[0]: int(r[1]) for r in conn.execute(stmt)})
+
+
+def info_from_row(row: Any, depends_on: tuple[int, ...]) -> JobInfo:
+    return JobInfo(
+        id=int(row.id),
+        type=row.type,
+        state=JobState(row.state),
+        args=decode(row.args),
+        result=decode(row.result),
+        error=row.error,
+        attempts=int(row.attempts),
+        max_attempts=int(row.max_attempts),
+        group=row.group_key,
+        weight=int(row.weight),
+        priority=int(row.priority),
+        parent_id=None if row.parent_id is None else int(row.parent_id),
+        is_container=bool(row.is_container),
+        depends_on=depends_on,
+        created_at=from_epoch(row.created_at),
+        run_after=from_epoch(row.run_after),
+        started_at=from_epoch(row.started_at),
+        finished_at=from_epoch(row.finished_at),
+        lease_owner=row.lease_owner,
+    )

@@ -1,0 +1,371 @@
+"""The worker: claims jobs under the cap, runs handlers in threads, heartbeats, finalizes.
+
+One loop thread talks to the database: each tick it records finished attempts (one
+transaction for all of them), extends the leases of running jobs (one statement),
+sweeps expired leases and passed deadlines, and claims what the cap and fair share
+allow (one transaction). Handlers run in their own threads and never hold a connection.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import logging
+import os
+import secrets
+import socket
+import threading
+import time
+import traceback
+from collections import deque
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any
+
+import sqlalchemy as sa
+
+from readyq.errors import ConfigurationError, InvalidJob, LeaseLost
+from readyq.planning.limits import Limits, current_cap, normalize
+from readyq.model import ClaimedJob, Job
+from readyq.payload import decode, encode
+from readyq.planning.backoff import retry_delay
+from readyq.store import Lease, Outcome
+
+if TYPE_CHECKING:
+    from readyq.queue import HandlerSpec, Queue
+
+log = logging.getLogger("readyq.worker")
+
+
+@dataclass
+class WorkerStats:
+    """Counters of one worker's run."""
+
+    claimed: int = 0
+    done: int = 0
+    retried: int = 0
+    failed: int = 0
+    cancelled: int = 0
+    fenced_out: int = 0
+    leases_lost: int = 0
+    reclaimed: int = 0
+    timed_out: int = 0
+    db_errors: int = 0
+    ticks: int = 0
+
+
+@dataclass(frozen=True)
+class TickResult:
+    """What one ``run_once`` did."""
+
+    finished: int = 0
+    claimed: int = 0
+    reclaimed: int = 0
+    heartbeats: int = 0
+
+
+@dataclass
+class _Running:
+    claimed: ClaimedJob
+    job: Job
+    spec: HandlerSpec
+    thread: threading.Thread | None = None
+    cancel_seen: bool = False
+
+
+@dataclass
+class _Inbox:
+    outcomes: deque[Outcome] = field(default_factory=deque)
+    wake: threading.Event = field(default_factory=threading.Event)
+
+
+def _as_seconds(value: float | timedelta, what: str) -> float:
+    seconds = value.total_seconds() if isinstance(value, timedelta) else value
+    if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or seconds <= 0:
+        raise ConfigurationError(f"{what} must be a positive duration, not {value!r}")
+    return float(seconds)
+
+
+def default_worker_id() -> str:
+    """A fresh id per worker: host, pid and random bits, so a restarted process that
+    reuses a pid or a host name never looks like its predecessor."""
+    return f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(4)}"
+
+
+class Worker:
+    """Runs a queue's handlers. Build it with ``Queue.worker()``; see ``Queue.run_worker``."""
+
+    def __init__(
+        self,
+        queue: Queue,
+        *,
+        concurrency: Limits,
+        lease_ttl: float | timedelta,
+        heartbeat_interval: float | timedelta,
+        poll_interval: float | timedelta,
+        types: Any = None,
+        worker_id: str | None = None,
+    ) -> None:
+        self.queue = queue
+        self.store = queue._store
+        self.limits = normalize(concurrency)
+        self.lease_ttl = _as_seconds(lease_ttl, "lease_ttl")
+        self.heartbeat_interval = _as_seconds(heartbeat_interval, "heartbeat_interval")
+        self.poll_interval = _as_seconds(poll_interval, "poll_interval")
+        if self.heartbeat_interval * 2 > self.lease_ttl:
+            raise ConfigurationError(
+                f"heartbeat_interval ({self.heartbeat_interval:g}s) must be at most half of "
+                f"lease_ttl ({self.lease_ttl:g}s), so that one late heartbeat does not lose "
+                "the lease"
+            )
+        handlers = queue.handlers
+        if not handlers:
+            raise ConfigurationError("register at least one handler before starting a worker")
+        if types is None:
+            types = sorted(handlers)
+        unknown = [t for t in types if t not in handlers]
+        if unknown:
+            raise ConfigurationError(f"no handler registered for type(s): {', '.join(unknown)}")
+        self.types: list[str] = list(types)
+        self.handlers = handlers
+        self.worker_id = worker_id or default_worker_id()
+        self.stats = WorkerStats()
+        self._running: dict[int, _Running] = {}
+        self._inbox = _Inbox()
+        self._stop = threading.Event()
+        self._last_heartbeat = time.monotonic()
+        self._last_reclaim = 0.0
+
+    # -- the loop -----------------------------------------------------------------------
+
+    def stop(self) -> None:
+        """Ask the loop to stop after the current tick; running jobs are handed back."""
+        self._stop.set()
+        self._inbox.wake.set()
+
+    @property
+    def running(self) -> int:
+        """Attempts this worker holds a lease for."""
+        return len(self._running)
+
+    def run(self, *, until_idle: bool = False) -> WorkerStats:
+        """Loop until ``stop()`` (or idle, with ``until_idle``); return the counters."""
+        log.info("worker %s started (types: %s)", self.worker_id, ", ".join(self.types))
+        backoff = 0.0
+        try:
+            while not self._stop.is_set():
+                try:
+                    tick = self.run_once()
+                    backoff = 0.0
+                except sa.exc.DBAPIError as exc:
+                    self.stats.db_errors += 1
+                    backoff = min(max(backoff * 2, 0.1), 5.0)
+                    log.warning("worker %s: database error, retrying in %.1fs: %s",
+                                self.worker_id, backoff, exc.__class__.__name__)
+                    self._stop.wait(backoff)
+                    continue
+                if until_idle and self._idle(tick):
+                    break
+                if tick.claimed == 0 and tick.finished == 0:
+                    self._inbox.wake.wait(self._wait_time())
+                self._inbox.wake.clear()
+        except KeyboardInterrupt:
+            log.info("worker %s interrupted", self.worker_id)
+            self._stop.set()
+        finally:
+            self._shutdown()
+        log.info("worker %s stopped: %s", self.worker_id, self.stats)
+        return self.stats
+
+    def _idle(self, tick: TickResult) -> bool:
+        if self._running or self._inbox.outcomes or tick.claimed:
+            return False
+        return not self.store.has_unfinished(self.types)
+
+    def _wait_time(self) -> float:
+        wait = self.poll_interval
+        if self._running:
+            due = self._last_heartbeat + self.heartbeat_interval - time.monotonic()
+            wait = min(wait, max(due, 0.0))
+        return wait
+
+    def run_once(self) -> TickResult:
+        """One tick: record outcomes, heartbeat if due, reclaim if due, claim, start."""
+        self.stats.ticks += 1
+        finished = self._flush()
+        beats = 0
+        now = time.monotonic()
+        if self._running and now - self._last_heartbeat >= self.heartbeat_interval:
+            beats = self._heartbeat()
+        reclaimed = 0
+        if now - self._last_reclaim >= self.poll_interval:
+            self._last_reclaim = now
+            result = self.store.reclaim()
+            reclaimed = result.total
+            self.stats.reclaimed += reclaimed
+            self.stats.timed_out += result.timed_out
+            if reclaimed:
+                log.info("reclaimed %d job(s): %s", reclaimed, result)
+        claimed = 0 if self._stop.is_set() else self._claim()
+        return TickResult(finished=finished, claimed=claimed, reclaimed=reclaimed,
+                          heartbeats=beats)
+
+    # -- steps --------------------------------------------------------------------------
+
+    def _claim(self) -> int:
+        cap = current_cap(self.limits)
+        free = cap - len(self._running)
+        if free <= 0:
+            return 0
+        claimed = self.store.claim(
+            owner=self.worker_id, cap=cap, limit=free, ttl=self.lease_ttl, types=self.types
+        )
+        if not claimed:
+            return 0
+        self.stats.claimed += len(claimed)
+        starts = []
+        for c in claimed:
+            spec = self.handlers[c.type]
+            timeout = c.timeout if c.timeout is not None else spec.timeout
+            starts.append((c, timeout, spec.retry_on_timeout))
+        started = self.store.mark_running(self.worker_id, starts)
+        for c in claimed:
+            if c.id not in started:
+                self.stats.leases_lost += 1
+                continue
+            self._start(c)
+        if not self._running:
+            return len(claimed)
+        return len(claimed)
+
+    def _start(self, c: ClaimedJob) -> None:
+        spec = self.handlers[c.type]
+        job = Job(
+            id=c.id,
+            type=c.type,
+            args=decode(c.args_json),
+            attempt=c.attempt,
+            max_attempts=c.max_attempts,
+            group=c.group,
+            parent_id=c.parent_id,
+            lease_token=c.lease_token,
+            worker_id=self.worker_id,
+            _heartbeat=self._job_heartbeat,
+        )
+        entry = _Running(claimed=c, job=job, spec=spec)
+        self._running[c.id] = entry
+        thread = threading.Thread(
+            target=self._execute, args=(entry,), name=f"readyq-job-{c.id}", daemon=True
+        )
+        entry.thread = thread
+        thread.start()
+
+    def _execute(self, entry: _Running) -> None:
+        c, job, spec = entry.claimed, entry.job, entry.spec
+        extra = {"job_id": c.id, "job_type": c.type, "attempt": c.attempt, "group": c.group}
+        log.debug("job %d (%s) attempt %d started", c.id, c.type, c.attempt, extra=extra)
+        outcome: Outcome
+        try:
+            if inspect.iscoroutinefunction(spec.fn):
+                value = asyncio.run(spec.fn(job))
+            else:
+                value = spec.fn(job)
+            try:
+                result_json = encode(value, max_bytes=self.queue.max_payload_bytes, what="result")
+            except InvalidJob as exc:
+                raise ValueError(str(exc)) from None
+            outcome = Outcome(job=c, kind="done", result_json=result_json)
+        except BaseException as exc:  # a handler's failure, whatever it is, fails the attempt
+            error = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+            if job.cancelled:
+                outcome = Outcome(job=c, kind="cancel", error=error)
+            elif c.attempt < c.max_attempts:
+                delay = retry_delay(c.attempt, base=spec.retry_base, maximum=spec.retry_max)
+                outcome = Outcome(job=c, kind="retry", error=error, delay=delay)
+            else:
+                outcome = Outcome(job=c, kind="fail", error=error)
+            log.info("job %d (%s) attempt %d raised %s", c.id, c.type, c.attempt,
+                     exc.__class__.__name__, extra=extra)
+            if not isinstance(exc, Exception):
+                self._inbox.outcomes.append(outcome)
+                self._inbox.wake.set()
+                raise
+        self._inbox.outcomes.append(outcome)
+        self._inbox.wake.set()
+
+    def _flush(self) -> int:
+        outcomes: list[Outcome] = []
+        while self._inbox.outcomes:
+            outcomes.append(self._inbox.outcomes.popleft())
+        if not outcomes:
+            return 0
+        try:
+            applied = self.store.finish(self.worker_id, outcomes)
+        except BaseException:
+            self._inbox.outcomes.extendleft(reversed(outcomes))
+            raise
+        for o in outcomes:
+            self._running.pop(o.job.id, None)
+            if not applied.get(o.job.id):
+                self.stats.fenced_out += 1
+                log.warning("job %d attempt %d: outcome %r fenced out (lease lost)",
+                            o.job.id, o.job.attempt, o.kind)
+                continue
+            if o.kind == "done":
+                self.stats.done += 1
+            elif o.kind == "retry":
+                self.stats.retried += 1
+            elif o.kind == "fail":
+                self.stats.failed += 1
+            elif o.kind == "cancel":
+                self.stats.cancelled += 1
+        return len(outcomes)
+
+    def _heartbeat(self) -> int:
+        entries = list(self._running.values())
+        leases = [Lease(e.claimed.id, e.claimed.lease_token) for e in entries]
+        self._last_heartbeat = time.monotonic()
+        status = self.store.heartbeat(self.worker_id, leases, self.lease_ttl)
+        for e in entries:
+            st = status.get(e.claimed.id)
+            if st is None:
+                continue
+            if st.cancel_requested:
+                e.job._cancelled.set()
+            if st.lost:
+                self._lose(e)
+        return len(leases)
+
+    def _lose(self, e: _Running) -> None:
+        if self._running.pop(e.claimed.id, None) is not None:
+            self.stats.leases_lost += 1
+            e.job._lost.set()
+            log.warning("job %d attempt %d: lease lost; the attempt is abandoned",
+                        e.claimed.id, e.claimed.attempt)
+
+    def _job_heartbeat(self, job: Job) -> None:
+        status = self.store.heartbeat(
+            self.worker_id, [Lease(job.id, job.lease_token)], self.lease_ttl
+        )
+        st = status.get(job.id)
+        if st is not None and st.cancel_requested:
+            job._cancelled.set()
+        if st is None or st.lost:
+            job._lost.set()
+            raise LeaseLost(f"job {job.id} attempt {job.attempt} lost its lease")
+
+    def _shutdown(self) -> None:
+        """Record finished attempts and hand back the rest at once, uncharged."""
+        try:
+            self._flush()
+            if self._running:
+                releases = [Outcome(job=e.claimed, kind="release") for e in self._running.values()]
+                for e in self._running.values():
+                    e.job._lost.set()
+                self.store.finish(self.worker_id, releases)
+                log.info("worker %s handed back %d running job(s)", self.worker_id,
+                         len(releases))
+                self._running.clear()
+        except sa.exc.DBAPIError as exc:
+            log.warning("worker %s could not hand back its jobs (%s); their leases will "
+                        "expire", self.worker_id, exc.__class__.__name__)
