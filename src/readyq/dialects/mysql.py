@@ -104,17 +104,23 @@ class MySQLDialect(Dialect):
         # NOW(6) adds the microseconds of the same statement-start instant.
         return sa.func.unix_timestamp() + sa.func.microsecond(sa.func.now(6)) / 1000000.0
 
-    def claim(
-        self, conn: Connection, t: Tables, req: ClaimRequest, now: sa.ColumnElement[float]
-    ) -> list[ClaimedJob]:
-        j = t.jobs
-        rows = conn.execute(
+    def claim_select(
+        self, t: Tables, req: ClaimRequest, now: sa.ColumnElement[float]
+    ) -> sa.Select[Any]:
+        """``SELECT ... LIMIT n FOR UPDATE SKIP LOCKED``: exclusive, never a shared lock."""
+        return (
             sa.select(*claim_columns(t))
             .where(runnable(t, now, group=req.group, types=req.types))
             .order_by(*claim_order(t))
             .limit(req.limit)
             .with_for_update(skip_locked=True)
-        ).all()
+        )
+
+    def claim(
+        self, conn: Connection, t: Tables, req: ClaimRequest, now: sa.ColumnElement[float]
+    ) -> list[ClaimedJob]:
+        j = t.jobs
+        rows = conn.execute(self.claim_select(t, req, now)).all()
         if not rows:
             return []
         ids = [row.id for row in rows]

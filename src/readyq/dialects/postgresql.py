@@ -58,9 +58,10 @@ class PostgresDialect(Dialect):
     def now(self) -> sa.ColumnElement[float]:
         return sa.cast(sa.extract("epoch", sa.func.clock_timestamp()), sa.Double)
 
-    def claim(
-        self, conn: Connection, t: Tables, req: ClaimRequest, now: sa.ColumnElement[float]
-    ) -> list[ClaimedJob]:
+    def claim_statement(
+        self, t: Tables, req: ClaimRequest, now: sa.ColumnElement[float]
+    ) -> sa.Update:
+        """``WITH claimable AS MATERIALIZED (... FOR UPDATE SKIP LOCKED) UPDATE ... RETURNING``."""
         j = t.jobs
         chosen = (
             sa.select(j.c.id)
@@ -77,4 +78,10 @@ class PostgresDialect(Dialect):
             .values(**lease_values(t, req, now))
             .returning(*claim_columns(t))
         )
+        return stmt
+
+    def claim(
+        self, conn: Connection, t: Tables, req: ClaimRequest, now: sa.ColumnElement[float]
+    ) -> list[ClaimedJob]:
+        stmt = self.claim_statement(t, req, now)
         return [claimed_from_row(row) for row in conn.execute(stmt)]

@@ -97,9 +97,10 @@ class SQLiteDialect(Dialect):
     def is_missing_table(self, exc: BaseException) -> bool:
         return "no such table" in str(getattr(exc, "orig", exc)).lower()
 
-    def claim(
-        self, conn: Connection, t: Tables, req: ClaimRequest, now: sa.ColumnElement[float]
-    ) -> list[ClaimedJob]:
+    def claim_statement(
+        self, t: Tables, req: ClaimRequest, now: sa.ColumnElement[float]
+    ) -> sa.Update:
+        """``UPDATE ... WHERE id IN (SELECT ... LIMIT n) RETURNING ...``."""
         j = t.jobs
         chosen = (
             sa.select(j.c.id)
@@ -114,4 +115,11 @@ class SQLiteDialect(Dialect):
             .values(**lease_values(t, req, now))
             .returning(*claim_columns(t))
         )
+        return stmt
+
+    def claim(
+        self, conn: Connection, t: Tables, req: ClaimRequest, now: sa.ColumnElement[float]
+    ) -> list[ClaimedJob]:
+        # The caller's transaction began with BEGIN IMMEDIATE (begin_write).
+        stmt = self.claim_statement(t, req, now)
         return [claimed_from_row(row) for row in conn.execute(stmt)]
