@@ -67,6 +67,8 @@ def _seconds(value: float | timedelta | None, what: str, *, allow_zero: bool = F
 def _key(value: Any, what: str) -> str:
     if not isinstance(value, str) or not value or len(value) > MAX_KEY_CHARS:
         raise InvalidJobOption(f"{what} must be a non-empty string of at most {MAX_KEY_CHARS} characters, not {value!r}")
+    if "\x00" in value:  # PostgreSQL text cannot hold NUL; refuse it on every database
+        raise InvalidJobOption(f"{what} must not contain NUL characters, not {value!r}")
     return value
 
 

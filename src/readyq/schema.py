@@ -33,11 +33,17 @@ Id = sa.BigInteger().with_variant(sa.Integer(), "sqlite")
 # MySQL's TEXT stops at 64 KiB; LONGTEXT holds any payload under our own size limit.
 Payload = sa.Text().with_variant(mysql.LONGTEXT(), "mysql", "mariadb")
 Instant = sa.Double()
+# Job types and group keys are compared exactly, as in Python: MySQL's and MariaDB's
+# default collations would make "Tenant" equal "tenant" (and "café" equal "cafe").
+Key = sa.String(200).with_variant(
+    mysql.VARCHAR(200, charset="utf8mb4", collation="utf8mb4_bin"), "mysql", "mariadb"
+)
 
 
 def validate_prefix(prefix: str) -> str:
     """Return ``prefix`` if it is a safe identifier prefix, else raise InvalidTablePrefix."""
-    if not isinstance(prefix, str) or not PREFIX_PATTERN.match(prefix):
+    # fullmatch: with match(), "$" also accepts a trailing newline ("jobs\n").
+    if not isinstance(prefix, str) or not PREFIX_PATTERN.fullmatch(prefix):
         raise InvalidTablePrefix(
             f"table prefix {prefix!r} must match {PREFIX_PATTERN.pattern} "
             "(letters, digits and underscores, at most 31 characters)"
@@ -64,14 +70,14 @@ def build_tables(prefix: str = DEFAULT_PREFIX) -> Tables:
         f"{prefix}jobs",
         md,
         sa.Column("id", Id, primary_key=True, autoincrement=True),
-        sa.Column("type", sa.String(200), nullable=False),
+        sa.Column("type", Key, nullable=False),
         sa.Column("args", Payload, nullable=False),
         sa.Column("result", Payload, nullable=True),
         sa.Column("error", sa.Text, nullable=True),
         sa.Column("state", sa.String(16), nullable=False),
         sa.Column("is_container", sa.Boolean, nullable=False, default=False),
         sa.Column("parent_id", Id, sa.ForeignKey(f"{prefix}jobs.id"), nullable=True),
-        sa.Column("group_key", sa.String(200), nullable=False),
+        sa.Column("group_key", Key, nullable=False),
         sa.Column("weight", sa.Integer, nullable=False),
         sa.Column("priority", sa.Integer, nullable=False),
         sa.Column("attempts", sa.Integer, nullable=False, default=0),
@@ -139,7 +145,7 @@ def build_tables(prefix: str = DEFAULT_PREFIX) -> Tables:
     groups = sa.Table(
         f"{prefix}groups",
         md,
-        sa.Column("group_key", sa.String(200), primary_key=True),
+        sa.Column("group_key", Key, primary_key=True),
         sa.Column("vfinish", sa.Double, nullable=False),
         sa.Column("served_seq", sa.BigInteger, nullable=False),
     )

@@ -726,6 +726,8 @@ class Store:
                 # Handed back by a worker that is shutting down: no attempt is charged.
                 final = None
                 values = {"state": "ready", "attempts": j.c.attempts - 1, "run_after": None}
+                # A cancel requested while the attempt ran wins over the hand-back too.
+                fence = sa.and_(fence, j.c.cancel_requested == sa.false())
             elif o.kind in ("fail", "cancel"):
                 final = "failed" if o.kind == "fail" else "cancelled"
                 values = {"state": final, "error": _truncate(o.error), "finished_at": now}
@@ -733,7 +735,7 @@ class Store:
                 raise ValueError(f"unknown outcome kind {o.kind!r}")
             values.update(lease_expires=None, deadline=None, updated_at=now)
             count = conn.execute(sa.update(j).where(fence).values(**values)).rowcount
-            if count == 0 and o.kind == "retry":
+            if count == 0 and o.kind in ("retry", "release"):
                 count = conn.execute(
                     sa.update(j)
                     .where(
@@ -745,7 +747,7 @@ class Store:
                     )
                     .values(
                         state="cancelled",
-                        error=_truncate(o.error),
+                        error=_truncate(o.error) if o.error else "cancelled",
                         finished_at=now,
                         lease_expires=None,
                         deadline=None,
@@ -762,20 +764,31 @@ class Store:
             # Fenced out, unless this very outcome was committed by an earlier try whose
             # COMMIT reply was lost.
             row = conn.execute(
-                sa.select(j.c.state, j.c.lease_token, j.c.lease_owner).where(j.c.id == job.id)
+                sa.select(
+                    j.c.state, j.c.lease_token, j.c.lease_owner, j.c.error, j.c.run_after
+                ).where(j.c.id == job.id)
             ).first()
             expected = {
                 "done": ("done",),
                 "retry": ("ready", "cancelled"),
-                "release": ("ready",),
+                "release": ("ready", "cancelled"),
                 "fail": ("failed",),
                 "cancel": ("cancelled",),
             }[o.kind]
+            # A sweep of the expired lease also leaves this owner and token behind, with
+            # its own error: only the values this outcome writes show it was committed.
+            if row is None or o.kind == "done":
+                ours = True
+            elif o.kind == "release" and row.state == "ready":
+                ours = row.run_after is None
+            else:
+                ours = row.error == (_truncate(o.error) if o.error else "cancelled")
             applied[job.id] = bool(
                 row is not None
                 and row.lease_owner == owner
                 and row.lease_token == job.lease_token
                 and row.state in expected
+                and ours
             )
         self._propagate(conn, ended)
         return applied
@@ -811,6 +824,7 @@ class Store:
                     j.c.retry_on_timeout,
                     j.c.cancel_requested,
                     j.c.timeout,
+                    j.c.started_at,
                     now.label("now"),
                 )
                 .where(j.c.state.in_(IN_FLIGHT_STATES), expired)
@@ -826,7 +840,12 @@ class Store:
             )
             if is_timeout:
                 timed_out += 1
-                why = f"timed out after {r.timeout:g}s (attempt {r.attempts})"
+                # A handler's timeout is not stored on the job; only the deadline is.
+                seconds = r.timeout
+                if seconds is None and r.started_at is not None:
+                    seconds = round(r.deadline - r.started_at, 3)
+                after = "" if seconds is None else f" after {seconds:g}s"
+                why = f"timed out{after} (attempt {r.attempts})"
                 retry = bool(r.retry_on_timeout) and r.attempts < r.max_attempts
             else:
                 why = f"lease expired: worker lost during attempt {r.attempts}"

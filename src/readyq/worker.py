@@ -253,6 +253,9 @@ class Worker:
             _heartbeat=self._job_heartbeat,
         )
         entry = _Running(claimed=c, job=job, spec=spec)
+        stale = self._running.get(c.id)
+        if stale is not None:  # an earlier attempt of this job that timed out here
+            self._lose(stale)
         self._running[c.id] = entry
         thread = threading.Thread(
             target=self._execute, args=(entry,), name=f"readyq-job-{c.id}", daemon=True
@@ -305,7 +308,11 @@ class Worker:
             self._inbox.outcomes.extendleft(reversed(outcomes))
             raise
         for o in outcomes:
-            self._running.pop(o.job.id, None)
+            # Only forget the attempt this outcome belongs to: a timed-out attempt may
+            # report after the same job was claimed again by this worker.
+            entry = self._running.get(o.job.id)
+            if entry is not None and entry.claimed.lease_token == o.job.lease_token:
+                del self._running[o.job.id]
             if not applied.get(o.job.id):
                 self.stats.fenced_out += 1
                 log.warning("job %d attempt %d: outcome %r fenced out (lease lost)",

@@ -1,0 +1,299 @@
+"""Worker process for the peer benchmarks in ``bench/peers.py``.
+
+Run as ``python bench/peer_worker.py KIND CONFIG_JSON``; ``peers.py`` starts
+one of these per worker process.  The protocol with the parent is three lines:
+
+1. the worker connects and builds everything it needs, then prints ``READY``;
+2. it blocks until the parent writes ``GO`` on its stdin (the parent starts its
+   clock just before), so interpreter start-up, imports and connecting stay
+   outside the timed window;
+3. it works until the queue is drained (each system stops itself when it finds
+   nothing left to claim), then prints one JSON line::
+
+       {"done": <time.monotonic() when its loop returned>,
+        "cpu": <user+system CPU seconds of this process between GO and done>,
+        "executed": <jobs the no-op body ran>, "commits": <commits it counted or null>}
+
+``time.monotonic()`` is the system-wide CLOCK_MONOTONIC on Linux, so the
+parent can compare it with its own start time.
+
+KIND is one of ``pgqueuer``, ``procrastinate``, ``minimal-postgresql``,
+``minimal-mariadb``, ``minimal-sqlite``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import resource
+import sys
+import time
+
+
+def _cpu() -> float:
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return r.ru_utime + r.ru_stime
+
+
+def _wait_for_go() -> None:
+    print("READY", flush=True)
+    line = sys.stdin.readline()
+    if line.strip() != "GO":  # the parent gave up before starting
+        sys.exit(3)
+
+
+def _report(done: float, cpu: float, executed: int, commits: int | None) -> None:
+    print(
+        json.dumps({"done": done, "cpu": cpu, "executed": executed, "commits": commits}),
+        flush=True,
+    )
+
+
+# --------------------------------------------------------------------------- PGQueuer
+
+
+async def _pgqueuer(cfg: dict) -> None:
+    import asyncpg
+    from pgqueuer import AsyncpgDriver, QueueManager
+    from pgqueuer.domain.types import QueueExecutionMode
+    from pgqueuer.queries import Queries
+
+    conn = await asyncpg.connect(cfg["dsn"])
+    # Flush this backend's setup transactions into pg_stat_database now, so
+    # they do not land in the parent's commit count for the run.
+    try:
+        await conn.execute("SELECT pg_stat_force_next_flush()")  # PostgreSQL 15+
+    except asyncpg.PostgresError:
+        pass
+    qm = QueueManager(Queries(AsyncpgDriver(conn)))
+    executed = 0
+
+    @qm.entrypoint(cfg["entrypoint"])
+    async def noop(job) -> None:  # noqa: ANN001
+        nonlocal executed
+        executed += 1
+
+    # run() starts by checking the schema (a dozen catalog queries): do that
+    # now, outside the timed window, and skip it inside run().
+    await qm.verify_structure()
+
+    async def _already_verified() -> None:
+        return None
+
+    qm.verify_structure = _already_verified  # type: ignore[method-assign]
+
+    _wait_for_go()
+    cpu0 = _cpu()
+    # drain: dequeue in batches of batch_size until nothing is queued and
+    # this worker's in-flight jobs are logged, then return.
+    await qm.run(batch_size=cfg["batch_size"], mode=QueueExecutionMode.drain)
+    done = time.monotonic()
+    cpu = _cpu() - cpu0
+    await conn.close()
+    _report(done, cpu, executed, None)
+
+
+# ------------------------------------------------------------------------ Procrastinate
+
+
+async def _procrastinate(cfg: dict) -> None:
+    import procrastinate
+
+    app = procrastinate.App(connector=procrastinate.PsycopgConnector(conninfo=cfg["dsn"]))
+    executed = 0
+
+    @app.task(name=cfg["task_name"])
+    async def noop() -> None:
+        nonlocal executed
+        executed += 1
+
+    async with app.open_async():
+        _wait_for_go()
+        cpu0 = _cpu()
+        # wait=False: the worker returns once it finds no job to fetch and its
+        # in-flight jobs have finished.
+        await app.run_worker_async(concurrency=cfg["concurrency"], wait=False)
+        done = time.monotonic()
+        cpu = _cpu() - cpu0
+    _report(done, cpu, executed, None)
+
+
+# ------------------------------------------------------------------------ minimal loops
+#
+# Table bench_jobs(id, state, locked_by, result).  Each round claims up to
+# `batch` ready rows in one transaction, runs the no-op for each, then marks
+# them done in one transaction guarded by state='running' AND locked_by=me.
+# cfg["finish"]: "set" = one UPDATE for the whole batch; "each" = one UPDATE
+# per job (one round trip per job), still in a single transaction.
+
+
+def _minimal_postgresql(cfg: dict) -> None:
+    import psycopg
+
+    me, batch, each = cfg["worker_id"], cfg["batch"], cfg["finish"] == "each"
+    conn = psycopg.connect(cfg["dsn"], autocommit=True)  # one statement = one transaction
+    try:
+        conn.execute("SELECT pg_stat_force_next_flush()")  # PostgreSQL 15+
+    except psycopg.Error:
+        pass
+    claim = (
+        "WITH c AS (SELECT id FROM bench_jobs WHERE state = 'ready' ORDER BY id"
+        " LIMIT %s FOR UPDATE SKIP LOCKED)"
+        " UPDATE bench_jobs j SET state = 'running', locked_by = %s"
+        " FROM c WHERE j.id = c.id RETURNING j.id"
+    )
+    finish_set = (
+        "UPDATE bench_jobs SET state = 'done', result = 'ok'"
+        " WHERE id = ANY(%s) AND state = 'running' AND locked_by = %s"
+    )
+    finish_one = (
+        "UPDATE bench_jobs SET state = 'done', result = 'ok'"
+        " WHERE id = %s AND state = 'running' AND locked_by = %s"
+    )
+    executed = lost = commits = 0
+    _wait_for_go()
+    cpu0 = _cpu()
+    while True:
+        ids = [r[0] for r in conn.execute(claim, (batch, me)).fetchall()]
+        commits += 1
+        if not ids:
+            break
+        for _ in ids:
+            executed += 1  # the no-op job body
+        if each and len(ids) > 1:
+            n = 0
+            with conn.transaction():
+                for i in ids:
+                    n += conn.execute(finish_one, (i, me)).rowcount
+        else:
+            n = conn.execute(finish_set, (ids, me)).rowcount
+        commits += 1
+        lost += len(ids) - n
+    done = time.monotonic()
+    cpu = _cpu() - cpu0
+    conn.close()
+    if lost:
+        print(f"lost {lost} finish updates", file=sys.stderr)
+    _report(done, cpu, executed - lost, commits)
+
+
+def _minimal_mariadb(cfg: dict) -> None:
+    import pymysql
+
+    me, batch, each = cfg["worker_id"], cfg["batch"], cfg["finish"] == "each"
+    conn = pymysql.connect(**cfg["connect"], autocommit=False)
+    cur = conn.cursor()
+    cur.execute("SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED")
+    select = (
+        "SELECT id FROM bench_jobs WHERE state = 'ready' ORDER BY id"
+        " LIMIT %s FOR UPDATE SKIP LOCKED"
+    )
+    finish_one = (
+        "UPDATE bench_jobs SET state = 'done', result = 'ok'"
+        " WHERE id = %s AND state = 'running' AND locked_by = %s"
+    )
+    executed = lost = commits = 0
+    _wait_for_go()
+    cpu0 = _cpu()
+    while True:
+        cur.execute(select, (batch,))
+        ids = [r[0] for r in cur.fetchall()]
+        if not ids:
+            conn.commit()
+            commits += 1
+            break
+        marks = ",".join(["%s"] * len(ids))
+        cur.execute(
+            f"UPDATE bench_jobs SET state = 'running', locked_by = %s WHERE id IN ({marks})",
+            (me, *ids),
+        )
+        conn.commit()
+        commits += 1
+        for _ in ids:
+            executed += 1  # the no-op job body
+        if each:
+            n = sum(cur.execute(finish_one, (i, me)) for i in ids)
+        else:
+            n = cur.execute(
+                "UPDATE bench_jobs SET state = 'done', result = 'ok'"
+                f" WHERE id IN ({marks}) AND state = 'running' AND locked_by = %s",
+                (*ids, me),
+            )
+        conn.commit()
+        commits += 1
+        lost += len(ids) - n
+    done = time.monotonic()
+    cpu = _cpu() - cpu0
+    conn.close()
+    if lost:
+        print(f"lost {lost} finish updates", file=sys.stderr)
+    _report(done, cpu, executed - lost, commits)
+
+
+def _minimal_sqlite(cfg: dict) -> None:
+    import sqlite3
+
+    me, batch, each = cfg["worker_id"], cfg["batch"], cfg["finish"] == "each"
+    # isolation_level=None: no implicit transactions, we issue BEGIN/COMMIT.
+    conn = sqlite3.connect(cfg["path"], timeout=60, isolation_level=None)
+    conn.execute("PRAGMA journal_mode=WAL")  # already WAL; synchronous left at default
+    claim = (
+        "UPDATE bench_jobs SET state = 'running', locked_by = ?"
+        " WHERE id IN (SELECT id FROM bench_jobs WHERE state = 'ready' ORDER BY id LIMIT ?)"
+        " RETURNING id"
+    )
+    finish_one = (
+        "UPDATE bench_jobs SET state = 'done', result = 'ok'"
+        " WHERE id = ? AND state = 'running' AND locked_by = ?"
+    )
+    executed = lost = commits = 0
+    _wait_for_go()
+    cpu0 = _cpu()
+    while True:
+        conn.execute("BEGIN IMMEDIATE")
+        ids = [r[0] for r in conn.execute(claim, (me, batch)).fetchall()]
+        conn.execute("COMMIT")
+        commits += 1
+        if not ids:
+            break
+        for _ in ids:
+            executed += 1  # the no-op job body
+        conn.execute("BEGIN IMMEDIATE")
+        if each:
+            n = sum(conn.execute(finish_one, (i, me)).rowcount for i in ids)
+        else:
+            marks = ",".join("?" * len(ids))
+            n = conn.execute(
+                "UPDATE bench_jobs SET state = 'done', result = 'ok'"
+                f" WHERE id IN ({marks}) AND state = 'running' AND locked_by = ?",
+                (*ids, me),
+            ).rowcount
+        conn.execute("COMMIT")
+        commits += 1
+        lost += len(ids) - n
+    done = time.monotonic()
+    cpu = _cpu() - cpu0
+    conn.close()
+    if lost:
+        print(f"lost {lost} finish updates", file=sys.stderr)
+    _report(done, cpu, executed - lost, commits)
+
+
+def main(argv: list[str]) -> None:
+    kind, cfg = argv[1], json.loads(argv[2])
+    if kind == "pgqueuer":
+        asyncio.run(_pgqueuer(cfg))
+    elif kind == "procrastinate":
+        asyncio.run(_procrastinate(cfg))
+    elif kind == "minimal-postgresql":
+        _minimal_postgresql(cfg)
+    elif kind == "minimal-mariadb":
+        _minimal_mariadb(cfg)
+    elif kind == "minimal-sqlite":
+        _minimal_sqlite(cfg)
+    else:
+        raise SystemExit(f"unknown worker kind {kind!r}")
+
+
+if __name__ == "__main__":
+    main(sys.argv)

@@ -1,0 +1,721 @@
+"""Peer job queues on the same databases, for comparison with readyq.
+
+Three adapters, each a plain function returning a :class:`PeerResult`:
+
+``run_pgqueuer(pg_url, jobs, processes, batch_size)``
+    PGQueuer (asyncpg driver).  Installs its schema in a fresh database
+    (``bench_pgq`` next to the one ``pg_url`` names), bulk-enqueues ``jobs``
+    no-op jobs, then runs ``processes`` worker processes, each a
+    ``QueueManager`` with a no-op entrypoint, ``run(batch_size=batch_size,
+    mode=drain)`` and otherwise PGQueuer's default settings.
+
+``run_procrastinate(pg_url, jobs, processes, concurrency=10)``
+    Procrastinate (``PsycopgConnector``).  Fresh database ``bench_proc``,
+    schema applied, ``jobs`` no-op tasks deferred in one batch, then
+    ``processes`` workers each running ``run_worker_async(concurrency=...,
+    wait=False)`` with the other options at their defaults.
+
+``run_minimal_loop(url, jobs, processes, batch, *, finish="set")``
+    A minimal correct claim/finish loop written directly against the driver,
+    on PostgreSQL (psycopg, fresh database ``bench_min``), MariaDB/MySQL
+    (pymysql, READ COMMITTED, fresh database ``bench_min``) or SQLite
+    (sqlite3, WAL, default ``synchronous``; the file named in the URL, or a
+    temporary one).  Table ``bench_jobs(id, state, locked_by, result)``; a
+    round claims up to ``batch`` ready rows in one transaction
+    (PostgreSQL: ``UPDATE ... FROM (SELECT ... FOR UPDATE SKIP LOCKED)
+    RETURNING``; MariaDB: ``SELECT ... FOR UPDATE SKIP LOCKED`` then
+    ``UPDATE`` by id; SQLite: ``BEGIN IMMEDIATE`` + ``UPDATE ... RETURNING``),
+    runs the no-op for each, and marks them done in one transaction guarded by
+    ``state = 'running' AND locked_by = me`` -- with one UPDATE for the batch
+    (``finish="set"``) or one UPDATE per job (``finish="each"``, one round trip
+    per job, as a job recording its own result would).  ``batch=1`` is the
+    per-job loop.
+
+URLs: ``postgresql://user@host:port/db`` (``postgresql+psycopg://`` is
+accepted too), ``mysql+pymysql://root@host:3306/db`` (or ``mysql://``,
+``mariadb://``), ``sqlite:///relative.db`` / ``sqlite:////abs/path.db`` /
+``sqlite://`` (temporary file).  For PostgreSQL and MariaDB the database in
+the URL is only used to drop and create the benchmark's own database (name
+overridable with ``db_name=``), which is left in place after the run.
+
+What is measured, the same way for every system:
+
+* Enqueueing, schema set-up, interpreter start-up, imports and connecting
+  (and PGQueuer's schema check at the top of ``QueueManager.run``) are not
+  timed: each worker process gets ready, prints ``READY`` and waits for a
+  ``GO`` line on stdin (see ``bench/peer_worker.py``).
+* ``seconds``: from just before the parent sends ``GO`` to the moment the last
+  worker's loop returned, having found nothing left to claim and its own jobs
+  recorded as finished.  ``jobs_per_s = jobs / seconds``.
+* ``cpu_us_per_job``: the worker processes' user+system CPU time between
+  ``GO`` and the end of their loop (``getrusage(RUSAGE_SELF)`` in each),
+  summed, in microseconds per job.  Database server CPU is not included.
+* ``commits_per_job``: PostgreSQL: ``pg_stat_database.xact_commit`` delta of
+  the benchmark database over the run (read from a connection to another
+  database, after the workers have disconnected so their stats are flushed),
+  divided by ``jobs``.  It counts every transaction, read-only ones too (for
+  Procrastinate half of its 4 per job are the connection pool's empty
+  health-check queries), plus a handful of worker start-up / shut-down ones.
+  MariaDB and SQLite: the commits the minimal loop issued.
+* After each run the database is checked: every job finished exactly once (a
+  run that did not drain raises ``RuntimeError``).
+
+``python bench/peers.py --jobs 10000 --processes 1 2 --repeat 3`` prints the
+medians of all configurations it can run; see ``--help``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import importlib.util
+import json
+import os
+import select
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+from urllib.parse import unquote, urlsplit, urlunsplit
+
+WORKER = Path(__file__).resolve().with_name("peer_worker.py")
+
+DEFAULT_PG_URL = "postgresql://postgres@127.0.0.1:5432/test"
+DEFAULT_MYSQL_URL = "mysql+pymysql://root@127.0.0.1:3306/test"
+
+PGQ_ENTRYPOINT = "bench_noop"
+PROC_TASK = "bench_noop"
+
+
+@dataclass
+class PeerResult:
+    system: str
+    database: str
+    processes: int
+    jobs: int
+    seconds: float
+    jobs_per_s: float
+    cpu_us_per_job: float
+    commits_per_job: float | None
+
+
+# ----------------------------------------------------------------------------- helpers
+
+
+def _pg_url(url: str, db: str | None = None) -> str:
+    """``url`` as a libpq URL (driver suffix dropped), optionally naming ``db``."""
+    parts = urlsplit(url)
+    scheme = parts.scheme.split("+", 1)[0]
+    if scheme not in ("postgresql", "postgres"):
+        raise ValueError(f"not a PostgreSQL URL: {url!r}")
+    path = f"/{db}" if db is not None else parts.path
+    return urlunsplit(("postgresql", parts.netloc, path, parts.query, ""))
+
+
+def _pg_dbname(url: str) -> str:
+    return unquote(urlsplit(url).path.lstrip("/")) or "postgres"
+
+
+def _fresh_pg_database(admin_url: str, name: str) -> str:
+    """Drop and create database ``name`` on the server of ``admin_url``; return its URL."""
+    import psycopg
+    from psycopg import sql
+
+    if _pg_dbname(admin_url) == name:
+        raise ValueError(f"the URL must name another database than {name!r}")
+    with psycopg.connect(_pg_url(admin_url), autocommit=True) as conn:
+        conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
+        conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+    return _pg_url(admin_url, name)
+
+
+class _PgCommits:
+    """Reads ``xact_commit`` of one database from a connection to another one."""
+
+    def __init__(self, admin_url: str, dbname: str):
+        import psycopg
+
+        self.dbname = dbname
+        self.conn = psycopg.connect(_pg_url(admin_url), autocommit=True)
+
+    def backends(self) -> int:
+        return self.conn.execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE datname = %s", (self.dbname,)
+        ).fetchone()[0]
+
+    def wait_no_backends(self, timeout: float = 15.0) -> None:
+        """Wait until nobody is connected to the database: their stats are flushed on exit."""
+        deadline = time.monotonic() + timeout
+        while self.backends() and time.monotonic() < deadline:
+            time.sleep(0.02)
+
+    def read(self) -> int:
+        # autocommit: every statement is a new snapshot of the (cached) stats.
+        return self.conn.execute(
+            "SELECT xact_commit FROM pg_stat_database WHERE datname = %s", (self.dbname,)
+        ).fetchone()[0]
+
+    def close(self) -> None:
+        self.conn.close()
+
+
+@dataclass
+class _Run:
+    startup: float  # spawn of the first worker to the last READY (not in ``seconds``)
+    seconds: float
+    cpu: float
+    executed: int
+    commits: int | None
+
+
+def _run_workers(
+    kind: str, configs: list[dict], timeout: float, on_ready: Callable[[], None] | None = None
+) -> _Run:
+    """Start one worker process per config, release them together, collect results.
+
+    ``on_ready`` runs once every worker is connected and waiting, just before GO.
+    """
+    procs: list[subprocess.Popen] = []
+    errs: list = []
+    spawned = time.monotonic()
+    try:
+        for cfg in configs:
+            err = tempfile.TemporaryFile(mode="w+")
+            errs.append(err)
+            procs.append(
+                subprocess.Popen(
+                    [sys.executable, str(WORKER), kind, json.dumps(cfg)],
+                    stdin=subprocess.PIPE,
+                    stdout=subprocess.PIPE,
+                    stderr=err,
+                    text=True,
+                )
+            )
+        deadline = time.monotonic() + 120
+        for i, p in enumerate(procs):
+            ready, _, _ = select.select([p.stdout], [], [], max(0.0, deadline - time.monotonic()))
+            line = p.stdout.readline() if ready else ""
+            if line.strip() != "READY":
+                raise RuntimeError(f"{kind} worker {i} did not start: {_tail(p, errs[i])}")
+        if on_ready is not None:
+            on_ready()
+        t0 = time.monotonic()
+        for p in procs:
+            p.stdin.write("GO\n")
+            p.stdin.flush()
+        deadline = t0 + timeout
+        results = []
+        for i, p in enumerate(procs):
+            try:
+                out, _ = p.communicate(timeout=max(1.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                raise RuntimeError(
+                    f"{kind} worker {i} still running after {timeout:.0f}s (queue not drained?)"
+                ) from None
+            lines = [x for x in out.splitlines() if x.startswith("{")]
+            if p.returncode != 0 or not lines:
+                raise RuntimeError(
+                    f"{kind} worker {i} failed (exit {p.returncode}): {_tail(p, errs[i])}"
+                )
+            results.append(json.loads(lines[-1]))
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+        for err in errs:
+            err.close()
+    commits = [r["commits"] for r in results]
+    return _Run(
+        startup=t0 - spawned,
+        seconds=max(r["done"] for r in results) - t0,
+        cpu=sum(r["cpu"] for r in results),
+        executed=sum(r["executed"] for r in results),
+        commits=None if None in commits else sum(commits),
+    )
+
+
+def _tail(p: subprocess.Popen, err) -> str:
+    if p.poll() is None:
+        p.kill()
+        p.wait()
+    err.seek(0)
+    text = err.read().strip()
+    return text[-2000:] or "(no stderr)"
+
+
+def _timeout(jobs: int) -> float:
+    return 120.0 + jobs / 20.0
+
+
+def _result(
+    system: str, database: str, processes: int, jobs: int, run: _Run, commits: int | None
+) -> PeerResult:
+    return PeerResult(
+        system=system,
+        database=database,
+        processes=processes,
+        jobs=jobs,
+        seconds=run.seconds,
+        jobs_per_s=jobs / run.seconds,
+        cpu_us_per_job=run.cpu * 1e6 / jobs,
+        commits_per_job=None if commits is None else commits / jobs,
+    )
+
+
+def _check(system: str, what: str, got: int, want: int) -> None:
+    if got != want:
+        raise RuntimeError(f"{system}: {what} is {got}, expected {want}")
+
+
+# ---------------------------------------------------------------------------- PGQueuer
+
+
+def run_pgqueuer(
+    pg_url: str, jobs: int, processes: int, batch_size: int, *, db_name: str = "bench_pgq"
+) -> PeerResult:
+    """PGQueuer throughput: ``processes`` QueueManager workers, ``batch_size`` per dequeue."""
+    import asyncpg
+    from pgqueuer import AsyncpgDriver
+    from pgqueuer.queries import Queries
+
+    system = f"PGQueuer (batch {batch_size})"
+    url = _fresh_pg_database(pg_url, db_name)
+
+    async def setup() -> None:
+        conn = await asyncpg.connect(url)
+        try:
+            q = Queries(AsyncpgDriver(conn))
+            await q.install()
+            for start in range(0, jobs, 50_000):
+                n = min(50_000, jobs - start)
+                await q.enqueue([PGQ_ENTRYPOINT] * n, [None] * n, [0] * n)
+        finally:
+            await conn.close()
+
+    asyncio.run(setup())
+    stats = _PgCommits(pg_url, db_name)
+    try:
+        stats.wait_no_backends()
+        cfg = {"dsn": url, "entrypoint": PGQ_ENTRYPOINT, "batch_size": batch_size}
+        before = None
+
+        # read the counter once every worker is connected and waiting
+        def start_hook() -> None:
+            nonlocal before
+            before = stats.read()
+
+        run = _run_workers("pgqueuer", [cfg] * processes, _timeout(jobs), start_hook)
+        stats.wait_no_backends()
+        commits = stats.read() - before
+    finally:
+        stats.close()
+
+    async def verify() -> tuple[int, int]:
+        conn = await asyncpg.connect(url)
+        try:
+            names = Queries(AsyncpgDriver(conn)).qbe.qualified
+            left = await conn.fetchval(f"SELECT count(*) FROM {names.queue_table}")
+            ok = await conn.fetchval(
+                f"SELECT count(*) FROM {names.queue_table_log} WHERE status = 'successful'"
+            )
+            return left, ok
+        finally:
+            await conn.close()
+
+    left, ok = asyncio.run(verify())
+    _check(system, "jobs left in the queue table", left, 0)
+    _check(system, "successful jobs logged", ok, jobs)
+    _check(system, "no-op executions", run.executed, jobs)
+    return _result(system, "PostgreSQL", processes, jobs, run, commits)
+
+
+# ------------------------------------------------------------------------ Procrastinate
+
+
+def run_procrastinate(
+    pg_url: str, jobs: int, processes: int, concurrency: int = 10, *, db_name: str = "bench_proc"
+) -> PeerResult:
+    """Procrastinate throughput: ``processes`` workers, ``concurrency`` jobs in flight each."""
+    import procrastinate
+
+    system = f"Procrastinate (concurrency {concurrency})"
+    url = _fresh_pg_database(pg_url, db_name)
+
+    async def setup() -> None:
+        app = procrastinate.App(connector=procrastinate.PsycopgConnector(conninfo=url))
+
+        @app.task(name=PROC_TASK)
+        async def noop() -> None:
+            pass
+
+        async with app.open_async():
+            await app.schema_manager.apply_schema_async()
+            for start in range(0, jobs, 50_000):
+                n = min(50_000, jobs - start)
+                await noop.batch_defer_async(*({} for _ in range(n)))
+
+    asyncio.run(setup())
+    stats = _PgCommits(pg_url, db_name)
+    try:
+        stats.wait_no_backends()
+        before = None
+
+        def start_hook() -> None:
+            nonlocal before
+            before = stats.read()
+
+        cfg = {"dsn": url, "task_name": PROC_TASK, "concurrency": concurrency}
+        run = _run_workers("procrastinate", [cfg] * processes, _timeout(jobs), start_hook)
+        stats.wait_no_backends()
+        commits = stats.read() - before
+    finally:
+        stats.close()
+
+    import psycopg
+
+    with psycopg.connect(url) as conn:
+        rows = dict(
+            conn.execute("SELECT status::text, count(*) FROM procrastinate_jobs GROUP BY 1").fetchall()
+        )
+    _check(system, "succeeded jobs", rows.get("succeeded", 0), jobs)
+    _check(system, "no-op executions", run.executed, jobs)
+    return _result(system, "PostgreSQL", processes, jobs, run, commits)
+
+
+# ------------------------------------------------------------------------- minimal loop
+
+
+def run_minimal_loop(
+    url: str,
+    jobs: int,
+    processes: int,
+    batch: int,
+    *,
+    finish: str = "set",
+    db_name: str = "bench_min",
+) -> PeerResult:
+    """Reference claim/no-op/finish loop on PostgreSQL, MariaDB/MySQL or SQLite.
+
+    ``finish="set"`` marks a claimed batch done with one UPDATE; ``finish="each"``
+    issues one UPDATE per job (a round trip per job), still in one transaction.
+    """
+    if finish not in ("set", "each"):
+        raise ValueError("finish must be 'set' or 'each'")
+    scheme = urlsplit(url).scheme.split("+", 1)[0]
+    system = f"minimal loop (batch {batch})"
+    if finish == "each" and batch > 1:
+        system = f"minimal loop (batch {batch}, per-job finish)"
+    base = {"batch": batch, "finish": finish}
+    if scheme in ("postgresql", "postgres"):
+        return _minimal_postgresql(url, jobs, processes, base, db_name, system)
+    if scheme in ("mysql", "mariadb"):
+        return _minimal_mariadb(url, jobs, processes, base, db_name, system)
+    if scheme == "sqlite":
+        return _minimal_sqlite(url, jobs, processes, base, system)
+    raise ValueError(f"unsupported URL scheme in {url!r}")
+
+
+def _worker_configs(base: dict, processes: int) -> list[dict]:
+    return [{**base, "worker_id": f"w{i}-{os.getpid()}"} for i in range(processes)]
+
+
+def _minimal_postgresql(
+    url: str, jobs: int, processes: int, base: dict, db_name: str, system: str
+) -> PeerResult:
+    import psycopg
+
+    dsn = _fresh_pg_database(url, db_name)
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(
+            "CREATE TABLE bench_jobs (id bigserial PRIMARY KEY,"
+            " state text NOT NULL DEFAULT 'ready', locked_by text, result text)"
+        )
+        conn.execute("CREATE INDEX bench_jobs_ready ON bench_jobs (id) WHERE state = 'ready'")
+        conn.execute(
+            "INSERT INTO bench_jobs (state) SELECT 'ready' FROM generate_series(1, %s)", (jobs,)
+        )
+        conn.execute("VACUUM ANALYZE bench_jobs")
+    stats = _PgCommits(url, db_name)
+    try:
+        stats.wait_no_backends()
+        before = None
+
+        def start_hook() -> None:
+            nonlocal before
+            before = stats.read()
+
+        cfgs = _worker_configs({**base, "dsn": dsn}, processes)
+        run = _run_workers("minimal-postgresql", cfgs, _timeout(jobs), start_hook)
+        stats.wait_no_backends()
+        commits = stats.read() - before
+    finally:
+        stats.close()
+    with psycopg.connect(dsn) as conn:
+        done = conn.execute("SELECT count(*) FROM bench_jobs WHERE state = 'done'").fetchone()[0]
+    _check(system, "done rows", done, jobs)
+    _check(system, "no-op executions", run.executed, jobs)
+    return _result(system, "PostgreSQL", processes, jobs, run, commits)
+
+
+def _mysql_connect_args(url: str) -> dict:
+    parts = urlsplit(url)
+    return {
+        "host": parts.hostname or "127.0.0.1",
+        "port": parts.port or 3306,
+        "user": unquote(parts.username or "root"),
+        "password": unquote(parts.password or ""),
+    }
+
+
+def _minimal_mariadb(
+    url: str, jobs: int, processes: int, base: dict, db_name: str, system: str
+) -> PeerResult:
+    import pymysql
+
+    args = _mysql_connect_args(url)
+    conn = pymysql.connect(**args, autocommit=True)
+    try:
+        cur = conn.cursor()
+        cur.execute(f"DROP DATABASE IF EXISTS `{db_name}`")
+        cur.execute(f"CREATE DATABASE `{db_name}`")
+        cur.execute(f"USE `{db_name}`")
+        cur.execute(
+            "CREATE TABLE bench_jobs (id BIGINT AUTO_INCREMENT PRIMARY KEY,"
+            " state VARCHAR(16) NOT NULL DEFAULT 'ready', locked_by VARCHAR(64),"
+            " result VARCHAR(64), KEY bench_jobs_state (state, id)) ENGINE=InnoDB"
+        )
+        for start in range(0, jobs, 5000):
+            n = min(5000, jobs - start)
+            cur.execute("INSERT INTO bench_jobs (state) VALUES " + ",".join(["('ready')"] * n))
+        cur.execute("ANALYZE TABLE bench_jobs")
+        cur.fetchall()
+    finally:
+        conn.close()
+    cfgs = _worker_configs({**base, "connect": {**args, "database": db_name}}, processes)
+    run = _run_workers("minimal-mariadb", cfgs, _timeout(jobs))
+    conn = pymysql.connect(**args, database=db_name)
+    try:
+        cur = conn.cursor()
+        cur.execute("SELECT count(*) FROM bench_jobs WHERE state = 'done'")
+        done = cur.fetchone()[0]
+    finally:
+        conn.close()
+    _check(system, "done rows", done, jobs)
+    _check(system, "no-op executions", run.executed, jobs)
+    return _result(system, "MariaDB", processes, jobs, run, run.commits)
+
+
+def _sqlite_path(url: str) -> tuple[Path, tempfile.TemporaryDirectory | None]:
+    rest = url[len("sqlite://") :]
+    if rest in ("", "/", "/:memory:"):
+        tmp = tempfile.TemporaryDirectory(prefix="bench_min_")
+        return Path(tmp.name) / "bench_min.db", tmp
+    return Path(rest[1:] if rest.startswith("/") else rest), None
+
+
+def _minimal_sqlite(url: str, jobs: int, processes: int, base: dict, system: str) -> PeerResult:
+    import sqlite3
+
+    path, tmp = _sqlite_path(url)
+    try:
+        for suffix in ("", "-wal", "-shm", "-journal"):
+            Path(str(path) + suffix).unlink(missing_ok=True)
+        conn = sqlite3.connect(path, isolation_level=None)
+        conn.execute("PRAGMA journal_mode=WAL")
+        conn.execute(
+            "CREATE TABLE bench_jobs (id INTEGER PRIMARY KEY,"
+            " state TEXT NOT NULL DEFAULT 'ready', locked_by TEXT, result TEXT)"
+        )
+        conn.execute("CREATE INDEX bench_jobs_ready ON bench_jobs (id) WHERE state = 'ready'")
+        conn.execute("BEGIN")
+        conn.executemany("INSERT INTO bench_jobs (state) VALUES ('ready')", ([] for _ in range(jobs)))
+        conn.execute("COMMIT")
+        conn.execute("ANALYZE")
+        conn.close()
+        cfgs = _worker_configs({**base, "path": str(path)}, processes)
+        run = _run_workers("minimal-sqlite", cfgs, _timeout(jobs))
+        conn = sqlite3.connect(path)
+        done = conn.execute("SELECT count(*) FROM bench_jobs WHERE state = 'done'").fetchone()[0]
+        conn.close()
+    finally:
+        if tmp is not None:
+            tmp.cleanup()
+    _check(system, "done rows", done, jobs)
+    _check(system, "no-op executions", run.executed, jobs)
+    return _result(system, "SQLite", processes, jobs, run, run.commits)
+
+
+# -------------------------------------------------------------------------------- table
+
+
+def _have(*modules: str) -> str | None:
+    """None if every module imports, else the name of the first missing one."""
+    for m in modules:
+        if importlib.util.find_spec(m) is None:
+            return m
+    return None
+
+
+def _reachable_pg(url: str) -> str | None:
+    try:
+        import psycopg
+
+        psycopg.connect(_pg_url(url), connect_timeout=3).close()
+    except Exception as exc:  # noqa: BLE001
+        return f"{type(exc).__name__}: {exc}".strip()
+    return None
+
+
+def _reachable_mysql(url: str) -> str | None:
+    try:
+        import pymysql
+
+        pymysql.connect(**_mysql_connect_args(url), connect_timeout=3).close()
+    except Exception as exc:  # noqa: BLE001
+        return f"{type(exc).__name__}: {exc}".strip()
+    return None
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--jobs", type=int, default=10_000, help="jobs per run (default 10000)")
+    ap.add_argument(
+        "--processes", type=int, nargs="+", default=[1, 2],
+        help="worker-process counts to run each configuration with (default: 1 2)",
+    )
+    ap.add_argument(
+        "--repeat", type=int, default=3, help="runs per configuration; the table shows medians"
+    )
+    ap.add_argument(
+        "--slow-jobs",
+        type=int,
+        default=2_000,
+        help="job count for the configurations that commit per job (Procrastinate,"
+        " minimal loop batch 1), which run at a few hundred jobs/s: 10,000 of them"
+        " would take most of the time budget; 0 = use --jobs for them too (default 2000)",
+    )
+    ap.add_argument(
+        "--no-per-job-finish",
+        action="store_true",
+        help="leave out the minimal loop that claims 100 but finishes each job with its"
+        " own UPDATE (in one transaction)",
+    )
+    ap.add_argument(
+        "--pg-url", default=DEFAULT_PG_URL,
+        help="PostgreSQL server; bench_pgq / bench_proc / bench_min are (re)created on it",
+    )
+    ap.add_argument(
+        "--mysql-url", default=DEFAULT_MYSQL_URL,
+        help="MariaDB/MySQL server; bench_min is (re)created on it",
+    )
+    ap.add_argument("--sqlite-url", default="sqlite://", help="default: a temporary file")
+    ap.add_argument("--only", default="", help="run only configurations whose name contains this")
+    args = ap.parse_args(argv)
+    slow = args.slow_jobs or args.jobs
+
+    notes: list[str] = []
+    configs: list[tuple[str, str, int, object]] = []  # (name, database, jobs, fn(processes))
+
+    pg_down = _reachable_pg(args.pg_url) if not _have("psycopg") else "psycopg not importable"
+    if pg_down:
+        notes.append(f"PostgreSQL skipped ({args.pg_url}): {pg_down}")
+    my_down = _have("pymysql")
+    my_down = f"{my_down} not importable" if my_down else _reachable_mysql(args.mysql_url)
+    if my_down:
+        notes.append(f"MariaDB skipped ({args.mysql_url}): {my_down}")
+
+    if not pg_down:
+        missing = _have("pgqueuer", "asyncpg")
+        if missing:
+            notes.append(f"PGQueuer skipped: package {missing!r} is not importable")
+        else:
+            for b in (10, 100):
+                configs.append(
+                    (f"PGQueuer (batch {b})", "PostgreSQL", args.jobs,
+                     lambda p, n, b=b: run_pgqueuer(args.pg_url, n, p, b))
+                )
+        missing = _have("procrastinate")
+        if missing:
+            notes.append(f"Procrastinate skipped: package {missing!r} is not importable")
+        else:
+            configs.append(
+                ("Procrastinate (concurrency 10)", "PostgreSQL", slow,
+                 lambda p, n: run_procrastinate(args.pg_url, n, p, 10))
+            )
+    for db, url, down in (
+        ("PostgreSQL", args.pg_url, pg_down),
+        ("SQLite", args.sqlite_url, None),
+        ("MariaDB", args.mysql_url, my_down),
+    ):
+        if down:
+            continue
+        for b, fin in ((1, "set"), (100, "set"), (100, "each")):
+            if fin == "each" and args.no_per_job_finish:
+                continue
+            n = slow if b == 1 else args.jobs
+            label = f"minimal loop (batch {b}{', per-job finish' if fin == 'each' else ''})"
+            configs.append(
+                (label, db, n,
+                 lambda p, n, url=url, b=b, fin=fin: run_minimal_loop(url, n, p, b, finish=fin))
+            )
+    if args.only:
+        configs = [c for c in configs if args.only.lower() in f"{c[0]} {c[1]}".lower()]
+
+    for note in notes:
+        print(f"note: {note}", file=sys.stderr)
+
+    started = time.monotonic()
+    results: dict[tuple[int, int], list[PeerResult]] = {}
+    failures: dict[tuple[int, int], str] = {}
+    for rep in range(args.repeat):
+        for ci, (name, db, n, fn) in enumerate(configs):
+            for p in args.processes:
+                key = (ci, p)
+                if key in failures:
+                    continue
+                try:
+                    r = fn(p, n)
+                except Exception as exc:  # noqa: BLE001
+                    failures[key] = f"{type(exc).__name__}: {exc}"
+                    print(f"  {name} / {db} / {p} proc: FAILED {failures[key]}", file=sys.stderr)
+                    continue
+                results.setdefault(key, []).append(r)
+                print(
+                    f"  [{rep + 1}/{args.repeat}] {name:42} {db:10} {p} proc"
+                    f" {r.jobs:>6} jobs {r.jobs_per_s:>9,.0f} jobs/s",
+                    file=sys.stderr,
+                    flush=True,
+                )
+
+    head = (
+        f"{'system':42} {'database':10} {'procs':>5} {'jobs':>6} {'jobs/s':>9}"
+        f" {'CPU us/job':>10} {'commits/job':>11}"
+    )
+    print(f"\nmedians of {args.repeat} runs ({time.monotonic() - started:.0f}s total)")
+    print(head)
+    print("-" * len(head))
+    for ci, (name, db, n, _) in enumerate(configs):
+        for p in args.processes:
+            rs = results.get((ci, p))
+            if not rs:
+                print(f"{name:42} {db:10} {p:>5} {n:>6}  failed: {failures.get((ci, p), '?')}")
+                continue
+            med = lambda f: statistics.median(f(r) for r in rs)  # noqa: E731
+            commits = [r.commits_per_job for r in rs]
+            cpj = "-" if None in commits else f"{statistics.median(commits):.3f}"
+            print(
+                f"{name:42} {db:10} {p:>5} {n:>6} {med(lambda r: r.jobs_per_s):>9,.0f}"
+                f" {med(lambda r: r.cpu_us_per_job):>10,.0f} {cpj:>11}"
+            )
+    for note in notes:
+        print(f"note: {note}")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
