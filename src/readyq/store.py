@@ -13,7 +13,7 @@ import logging
 import random
 import threading
 import time
-from collections import deque
+from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -401,86 +401,116 @@ class Store:
         Dependents of a ``done`` job count one fewer unfinished upstream job and become
         ready at zero; dependents of a job that ended badly end ``upstream_failed``, and so
         on down the graph. A container whose last child ended rolls up to ``done`` or
-        ``failed`` and propagates in turn.
+        ``failed`` and propagates in turn. Each wave is a few statements for the whole
+        batch, not a few per job.
         """
         t = self.tables
-        j = t.jobs
+        j, d = t.jobs, t.deps
         now = self.now()
-        work: deque[tuple[int, str, int | None]] = deque(ended)
+        work = list(ended)
         while work:
-            job_id, state, parent_id = work.popleft()
-            dependents = sa.select(t.deps.c.job_id).where(t.deps.c.depends_on_id == job_id)
-            if state == JobState.DONE.value:
-                # SET order matters on MySQL, which evaluates assignments left to right
-                # with already-updated values: decide the state from the old counter.
-                conn.execute(
-                    sa.update(j)
-                    .where(j.c.id.in_(dependents))
-                    .ordered_values(
-                        (
-                            j.c.state,
-                            sa.case(
-                                (
-                                    sa.and_(j.c.state == "waiting", j.c.pending_deps <= 1),
-                                    "ready",
-                                ),
-                                else_=j.c.state,
-                            ),
-                        ),
-                        (j.c.pending_deps, j.c.pending_deps - 1),
-                        (j.c.updated_at, now),
-                    )
+            wave, work = work, []
+            done_ids = sorted(i for i, state, _ in wave if state == JobState.DONE.value)
+            bad = {i: state for i, state, _ in wave if state != JobState.DONE.value}
+            if done_ids:
+                edges = Counter(
+                    conn.execute(
+                        sa.select(d.c.job_id).where(d.c.depends_on_id.in_(done_ids))
+                    ).scalars()
                 )
-            else:
-                rows = conn.execute(
-                    sa.select(j.c.id, j.c.parent_id).where(
-                        j.c.id.in_(dependents), j.c.state == "waiting"
-                    )
-                ).all()
-                if rows:
+                by_count: dict[int, list[int]] = defaultdict(list)
+                for dependent, n in edges.items():
+                    by_count[n].append(int(dependent))
+                for n, ids in sorted(by_count.items()):
+                    # SET order matters on MySQL, which evaluates assignments left to right
+                    # with already-updated values: decide the state from the old counter.
                     conn.execute(
                         sa.update(j)
-                        .where(j.c.id.in_([r.id for r in rows]), j.c.state == "waiting")
+                        .where(j.c.id.in_(sorted(ids)))
+                        .ordered_values(
+                            (
+                                j.c.state,
+                                sa.case(
+                                    (
+                                        sa.and_(j.c.state == "waiting", j.c.pending_deps <= n),
+                                        "ready",
+                                    ),
+                                    else_=j.c.state,
+                                ),
+                            ),
+                            (j.c.pending_deps, j.c.pending_deps - n),
+                            (j.c.updated_at, now),
+                        )
+                    )
+            if bad:
+                # Locked, so the 'waiting' check cannot race another transaction failing
+                # the same dependent: each dependent ends once and is counted once.
+                rows = conn.execute(
+                    self.dialect.lock_rows(
+                        sa.select(j.c.id, j.c.parent_id, d.c.depends_on_id)
+                        .select_from(d.join(j, j.c.id == d.c.job_id))
+                        .where(d.c.depends_on_id.in_(sorted(bad)), j.c.state == "waiting")
+                        .order_by(j.c.id)
+                    )
+                ).all()
+                first: dict[int, tuple[int, int | None]] = {}
+                for r in rows:
+                    first.setdefault(int(r.id), (int(r.depends_on_id), r.parent_id))
+                by_dep: dict[int, list[int]] = defaultdict(list)
+                for dependent, (dep, _) in first.items():
+                    by_dep[dep].append(dependent)
+                for dep, ids in sorted(by_dep.items()):
+                    conn.execute(
+                        sa.update(j)
+                        .where(j.c.id.in_(ids), j.c.state == "waiting")
                         .values(
                             state=JobState.UPSTREAM_FAILED.value,
-                            error=f"dependency {job_id} ended {state}",
+                            error=f"dependency {dep} ended {bad[dep]}",
                             finished_at=now,
                             updated_at=now,
                         )
                     )
-                    work.extend(
-                        (int(r.id), JobState.UPSTREAM_FAILED.value, r.parent_id) for r in rows
-                    )
-            if parent_id is not None:
-                bad = 0 if state == JobState.DONE.value else 1
+                work.extend(
+                    (dependent, JobState.UPSTREAM_FAILED.value, parent)
+                    for dependent, (_, parent) in first.items()
+                )
+            children: dict[int, list[int]] = defaultdict(lambda: [0, 0])
+            for _, state, parent_id in wave:
+                if parent_id is not None:
+                    children[int(parent_id)][0] += 1
+                    children[int(parent_id)][1] += state != JobState.DONE.value
+            for parent_id, (n, n_bad) in sorted(children.items()):
                 conn.execute(
                     sa.update(j)
                     .where(j.c.id == parent_id)
                     .values(
-                        open_children=j.c.open_children - 1,
-                        failed_children=j.c.failed_children + bad,
+                        open_children=j.c.open_children - n,
+                        failed_children=j.c.failed_children + n_bad,
                         updated_at=now,
                     )
                 )
-                parent = conn.execute(
+            if children:
+                parents = conn.execute(
                     sa.select(
-                        j.c.state, j.c.open_children, j.c.failed_children, j.c.parent_id
-                    ).where(j.c.id == parent_id)
-                ).first()
-                if parent is not None and parent.state == "active" and parent.open_children <= 0:
-                    final = "done" if parent.failed_children == 0 else "failed"
+                        j.c.id, j.c.state, j.c.open_children, j.c.failed_children, j.c.parent_id
+                    ).where(j.c.id.in_(sorted(children)))
+                ).all()
+                for p in parents:
+                    if p.state != "active" or p.open_children > 0:
+                        continue
+                    final = "done" if p.failed_children == 0 else "failed"
                     error = (
                         None
                         if final == "done"
-                        else f"{parent.failed_children} child job(s) did not end done"
+                        else f"{p.failed_children} child job(s) did not end done"
                     )
                     rolled = conn.execute(
                         sa.update(j)
-                        .where(j.c.id == parent_id, j.c.state == "active")
+                        .where(j.c.id == p.id, j.c.state == "active")
                         .values(state=final, error=error, finished_at=now, updated_at=now)
                     )
                     if rolled.rowcount == 1:
-                        work.append((int(parent_id), final, parent.parent_id))
+                        work.append((int(p.id), final, p.parent_id))
 
     # -- claim --------------------------------------------------------------------------
 
@@ -505,6 +535,32 @@ class Store:
         return self.write(
             lambda conn: self._claim(conn, owner, cap, limit, ttl, types), what="claim"
         )
+
+    def cycle(
+        self,
+        owner: str,
+        outcomes: Sequence[Outcome],
+        *,
+        cap: int,
+        limit: int,
+        ttl: float,
+        types: Sequence[str] | None,
+    ) -> tuple[dict[int, bool], list[ClaimedJob]]:
+        """Record outcomes and claim new jobs in one transaction (one commit per batch).
+
+        The slots freed by the outcomes count as free for the claim.
+        """
+
+        def unit(conn: Connection) -> tuple[dict[int, bool], list[ClaimedJob]]:
+            applied = self._finish(conn, owner, outcomes) if outcomes else {}
+            claimed: list[ClaimedJob] = []
+            if cap > 0 and limit > 0:
+                claimed = self._claim(conn, owner, cap, limit, ttl, types)
+            return applied, claimed
+
+        if not outcomes and (cap <= 0 or limit <= 0):
+            return {}, []
+        return self.write(unit, what="cycle")
 
     def _claim(
         self,
@@ -696,102 +752,162 @@ class Store:
     def _finish(
         self, conn: Connection, owner: str, outcomes: Sequence[Outcome]
     ) -> dict[int, bool]:
-        j = self.tables.jobs
-        now = self.now()
         applied: dict[int, bool] = {}
         ended: list[tuple[int, str, int | None]] = []
-        for o in sorted(outcomes, key=lambda o: o.job.id):
-            job = o.job
-            fence = sa.and_(
-                j.c.id == job.id,
-                j.c.lease_token == job.lease_token,
-                j.c.lease_owner == owner,
-                j.c.state == "running",
-            )
-            final: str | None
-            if o.kind == "done":
-                final = "done"
-                values: dict[str, Any] = {
-                    "state": final,
-                    "result": o.result_json,
-                    "error": None,
-                    "finished_at": now,
-                }
-            elif o.kind == "retry":
-                final = None
-                values = {"state": "ready", "error": _truncate(o.error), "run_after": now + o.delay}
-                # A cancel requested while the attempt ran wins over the retry.
-                fence = sa.and_(fence, j.c.cancel_requested == sa.false())
-            elif o.kind == "release":
-                # Handed back by a worker that is shutting down: no attempt is charged.
-                final = None
-                values = {"state": "ready", "attempts": j.c.attempts - 1, "run_after": None}
-                # A cancel requested while the attempt ran wins over the hand-back too.
-                fence = sa.and_(fence, j.c.cancel_requested == sa.false())
-            elif o.kind in ("fail", "cancel"):
-                final = "failed" if o.kind == "fail" else "cancelled"
-                values = {"state": final, "error": _truncate(o.error), "finished_at": now}
-            else:
-                raise ValueError(f"unknown outcome kind {o.kind!r}")
-            values.update(lease_expires=None, deadline=None, updated_at=now)
-            count = conn.execute(sa.update(j).where(fence).values(**values)).rowcount
-            if count == 0 and o.kind in ("retry", "release"):
-                count = conn.execute(
-                    sa.update(j)
-                    .where(
-                        j.c.id == job.id,
-                        j.c.lease_token == job.lease_token,
-                        j.c.lease_owner == owner,
-                        j.c.state == "running",
-                        j.c.cancel_requested == sa.true(),
-                    )
-                    .values(
-                        state="cancelled",
-                        error=_truncate(o.error) if o.error else "cancelled",
-                        finished_at=now,
-                        lease_expires=None,
-                        deadline=None,
-                        updated_at=now,
-                    )
-                ).rowcount
-                if count:
-                    final = "cancelled"
-            if count == 1:
-                applied[job.id] = True
-                if final is not None:
-                    ended.append((job.id, final, job.parent_id))
-                continue
-            # Fenced out, unless this very outcome was committed by an earlier try whose
-            # COMMIT reply was lost.
-            row = conn.execute(
-                sa.select(
-                    j.c.state, j.c.lease_token, j.c.lease_owner, j.c.error, j.c.run_after
-                ).where(j.c.id == job.id)
-            ).first()
-            expected = {
-                "done": ("done",),
-                "retry": ("ready", "cancelled"),
-                "release": ("ready", "cancelled"),
-                "fail": ("failed",),
-                "cancel": ("cancelled",),
-            }[o.kind]
-            # A sweep of the expired lease also leaves this owner and token behind, with
-            # its own error: only the values this outcome writes show it was committed.
-            if row is None or o.kind == "done":
-                ours = True
-            elif o.kind == "release" and row.state == "ready":
-                ours = row.run_after is None
-            else:
-                ours = row.error == (_truncate(o.error) if o.error else "cancelled")
-            applied[job.id] = bool(
-                row is not None
-                and row.lease_owner == owner
-                and row.lease_token == job.lease_token
-                and row.state in expected
-                and ours
-            )
+        done = sorted((o for o in outcomes if o.kind == "done"), key=lambda o: o.job.id)
+        if done:
+            self._finish_done(conn, owner, done, applied, ended)
+        for o in sorted((o for o in outcomes if o.kind != "done"), key=lambda o: o.job.id):
+            self._finish_one(conn, owner, o, applied, ended)
         self._propagate(conn, ended)
         return applied
+
+    def _finish_done(
+        self,
+        conn: Connection,
+        owner: str,
+        done: Sequence[Outcome],
+        applied: dict[int, bool],
+        ended: list[tuple[int, str, int | None]],
+    ) -> None:
+        """Mark a batch done in one statement, each row fenced by its own lease."""
+        j = self.tables.jobs
+        now = self.now()
+        results = {o.job.id: o.result_json for o in done if o.result_json is not None}
+        result: Any = sa.case(results, value=j.c.id, else_=sa.null()) if results else None
+        leases = [Lease(o.job.id, o.job.lease_token) for o in done]
+        count = conn.execute(
+            sa.update(j)
+            .where(self._fence(owner, leases), j.c.state == "running")
+            .values(
+                state="done",
+                result=result,
+                error=None,
+                finished_at=now,
+                lease_expires=None,
+                deadline=None,
+                updated_at=now,
+            )
+        ).rowcount
+        if count == len(done):
+            for o in done:
+                applied[o.job.id] = True
+                ended.append((o.job.id, "done", o.job.parent_id))
+            return
+        # Some rows were fenced out, or (count == 0) this unit already committed once and
+        # its COMMIT reply was lost: rows done under our own lease were recorded, and
+        # propagated, by the earlier try.
+        rows = {
+            int(r.id): r
+            for r in conn.execute(
+                sa.select(j.c.id, j.c.state, j.c.lease_token, j.c.lease_owner).where(
+                    j.c.id.in_([o.job.id for o in done])
+                )
+            )
+        }
+        for o in done:
+            r = rows.get(o.job.id)
+            ok = (
+                r is not None
+                and r.state == "done"
+                and r.lease_owner == owner
+                and r.lease_token == o.job.lease_token
+            )
+            applied[o.job.id] = ok
+            if ok and count > 0:
+                ended.append((o.job.id, "done", o.job.parent_id))
+
+    def _finish_one(
+        self,
+        conn: Connection,
+        owner: str,
+        o: Outcome,
+        applied: dict[int, bool],
+        ended: list[tuple[int, str, int | None]],
+    ) -> None:
+        j = self.tables.jobs
+        now = self.now()
+        job = o.job
+        fence = sa.and_(
+            j.c.id == job.id,
+            j.c.lease_token == job.lease_token,
+            j.c.lease_owner == owner,
+            j.c.state == "running",
+        )
+        final: str | None
+        values: dict[str, Any]
+        if o.kind == "retry":
+            final = None
+            values = {"state": "ready", "error": _truncate(o.error), "run_after": now + o.delay}
+            # A cancel requested while the attempt ran wins over the retry.
+            fence = sa.and_(fence, j.c.cancel_requested == sa.false())
+        elif o.kind == "release":
+            # Handed back by a worker that is shutting down: no attempt is charged.
+            final = None
+            values = {"state": "ready", "attempts": j.c.attempts - 1, "run_after": None}
+            # A cancel requested while the attempt ran wins over the hand-back too.
+            fence = sa.and_(fence, j.c.cancel_requested == sa.false())
+        elif o.kind in ("fail", "cancel"):
+            final = "failed" if o.kind == "fail" else "cancelled"
+            values = {"state": final, "error": _truncate(o.error), "finished_at": now}
+        else:
+            raise ValueError(f"unknown outcome kind {o.kind!r}")
+        values.update(lease_expires=None, deadline=None, updated_at=now)
+        count = conn.execute(sa.update(j).where(fence).values(**values)).rowcount
+        if count == 0 and o.kind in ("retry", "release"):
+            count = conn.execute(
+                sa.update(j)
+                .where(
+                    j.c.id == job.id,
+                    j.c.lease_token == job.lease_token,
+                    j.c.lease_owner == owner,
+                    j.c.state == "running",
+                    j.c.cancel_requested == sa.true(),
+                )
+                .values(
+                    state="cancelled",
+                    error=_truncate(o.error) if o.error else "cancelled",
+                    finished_at=now,
+                    lease_expires=None,
+                    deadline=None,
+                    updated_at=now,
+                )
+            ).rowcount
+            if count:
+                final = "cancelled"
+        if count == 1:
+            applied[job.id] = True
+            if final is not None:
+                ended.append((job.id, final, job.parent_id))
+            return
+        # Fenced out, unless this very outcome was committed by an earlier try whose
+        # COMMIT reply was lost.
+        row = conn.execute(
+            sa.select(
+                j.c.state, j.c.lease_token, j.c.lease_owner, j.c.error, j.c.run_after
+            ).where(j.c.id == job.id)
+        ).first()
+        expected = {
+            "retry": ("ready", "cancelled"),
+            "release": ("ready", "cancelled"),
+            "fail": ("failed",),
+            "cancel": ("cancelled",),
+        }[o.kind]
+        # A sweep of the expired lease also leaves this owner and token behind, with its
+        # own error: only the values this outcome writes show it was committed.
+        if row is None:
+            ours = True
+        elif o.kind == "release" and row.state == "ready":
+            ours = row.run_after is None
+        else:
+            ours = row.error == (_truncate(o.error) if o.error else "cancelled")
+        applied[job.id] = bool(
+            row is not None
+            and row.lease_owner == owner
+            and row.lease_token == job.lease_token
+            and row.state in expected
+            and ours
+        )
 
     # -- reclaim ------------------------------------------------------------------------
 

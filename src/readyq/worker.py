@@ -12,12 +12,14 @@ import asyncio
 import inspect
 import logging
 import os
+import queue
 import secrets
 import socket
 import threading
 import time
 import traceback
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
@@ -35,6 +37,8 @@ if TYPE_CHECKING:
     from readyq.queue import HandlerSpec, Queue
 
 log = logging.getLogger("readyq.worker")
+
+FLUSH_LINGER = 0.01
 
 
 @dataclass
@@ -62,6 +66,7 @@ class TickResult:
     claimed: int = 0
     reclaimed: int = 0
     heartbeats: int = 0
+    requested: int = 0
 
 
 @dataclass
@@ -69,7 +74,6 @@ class _Running:
     claimed: ClaimedJob
     job: Job
     spec: HandlerSpec
-    thread: threading.Thread | None = None
     cancel_seen: bool = False
 
 
@@ -77,6 +81,52 @@ class _Running:
 class _Inbox:
     outcomes: deque[Outcome] = field(default_factory=deque)
     wake: threading.Event = field(default_factory=threading.Event)
+
+
+class _HandlerPool:
+    """Daemon threads that run handlers, reused when idle, added when all are busy.
+
+    Daemon threads, because a handler that hangs past its timeout is abandoned (its
+    writes are fenced out) and must not keep the process from exiting.
+    """
+
+    def __init__(self) -> None:
+        self._tasks: queue.SimpleQueue[tuple[Callable[[Any], None], Any] | None] = (
+            queue.SimpleQueue()
+        )
+        self._lock = threading.Lock()
+        self._idle = 0
+        self._threads = 0
+
+    def submit(self, fn: Callable[[Any], None], arg: Any) -> None:
+        with self._lock:
+            spawn = self._idle == 0
+            if spawn:
+                self._threads += 1
+            else:
+                self._idle -= 1
+        self._tasks.put((fn, arg))
+        if spawn:
+            threading.Thread(target=self._loop, name="readyq-handler", daemon=True).start()
+
+    def _loop(self) -> None:
+        while True:
+            task = self._tasks.get()
+            if task is None:
+                return
+            fn, arg = task
+            try:
+                fn(arg)
+            finally:
+                with self._lock:
+                    self._idle += 1
+
+    def shutdown(self) -> None:
+        """Let idle threads exit; busy ones exit after their current handler."""
+        with self._lock:
+            n, self._threads, self._idle = self._threads, 0, 0
+        for _ in range(n):
+            self._tasks.put(None)
 
 
 def _as_seconds(value: float | timedelta, what: str) -> float:
@@ -135,6 +185,10 @@ class Worker:
         self._stop = threading.Event()
         self._last_heartbeat = time.monotonic()
         self._last_reclaim = 0.0
+        self._pool = _HandlerPool()
+        # How long finished attempts may wait for others to finish, so that they are
+        # recorded together in one transaction.
+        self.linger = min(FLUSH_LINGER, self.poll_interval)
 
     # -- the loop -----------------------------------------------------------------------
 
@@ -160,15 +214,17 @@ class Worker:
                 except sa.exc.DBAPIError as exc:
                     self.stats.db_errors += 1
                     backoff = min(max(backoff * 2, 0.1), 5.0)
-                    log.warning("worker %s: database error, retrying in %.1fs: %s",
-                                self.worker_id, backoff, exc.__class__.__name__)
+                    log.warning(
+                        "worker %s: database error, retrying in %.1fs: %s",
+                        self.worker_id,
+                        backoff,
+                        exc.__class__.__name__,
+                    )
                     self._stop.wait(backoff)
                     continue
                 if until_idle and self._idle(tick):
                     break
-                if tick.claimed == 0 and tick.finished == 0:
-                    self._inbox.wake.wait(self._wait_time())
-                self._inbox.wake.clear()
+                self._sleep(tick)
         except KeyboardInterrupt:
             log.info("worker %s interrupted", self.worker_id)
             self._stop.set()
@@ -182,6 +238,25 @@ class Worker:
             return False
         return not self.store.has_unfinished(self.types)
 
+    def _sleep(self, tick: TickResult) -> None:
+        """Wait for finished attempts, the next poll or the next heartbeat.
+
+        Once one attempt has finished, wait up to ``linger`` for the others so that they
+        are recorded in one transaction.
+        """
+        inbox = self._inbox
+        if not inbox.outcomes:
+            inbox.wake.wait(self._wait_time())
+            inbox.wake.clear()
+        if inbox.outcomes:
+            end = time.monotonic() + self.linger
+            while len(inbox.outcomes) < len(self._running) and not self._stop.is_set():
+                left = end - time.monotonic()
+                if left <= 0:
+                    break
+                inbox.wake.wait(left)
+                inbox.wake.clear()
+
     def _wait_time(self) -> float:
         wait = self.poll_interval
         if self._running:
@@ -190,9 +265,12 @@ class Worker:
         return wait
 
     def run_once(self) -> TickResult:
-        """One tick: record outcomes, heartbeat if due, reclaim if due, claim, start."""
+        """One tick: heartbeat and reclaim if due, then record outcomes and claim.
+
+        Outcomes and the next claim share one transaction; the jobs claimed are then
+        marked running (fenced) and handed to handler threads.
+        """
         self.stats.ticks += 1
-        finished = self._flush()
         beats = 0
         now = time.monotonic()
         if self._running and now - self._last_heartbeat >= self.heartbeat_interval:
@@ -206,22 +284,39 @@ class Worker:
             self.stats.timed_out += result.timed_out
             if reclaimed:
                 log.info("reclaimed %d job(s): %s", reclaimed, result)
-        claimed = 0 if self._stop.is_set() else self._claim()
-        return TickResult(finished=finished, claimed=claimed, reclaimed=reclaimed,
-                          heartbeats=beats)
+        outcomes: list[Outcome] = []
+        while self._inbox.outcomes:
+            outcomes.append(self._inbox.outcomes.popleft())
+        cap = 0 if self._stop.is_set() else current_cap(self.limits)
+        finishing = sum(
+            1
+            for o in outcomes
+            if (e := self._running.get(o.job.id)) is not None
+            and e.claimed.lease_token == o.job.lease_token
+        )
+        free = max(0, cap - (len(self._running) - finishing))
+        try:
+            applied, claimed = self.store.cycle(
+                self.worker_id, outcomes, cap=cap, limit=free, ttl=self.lease_ttl,
+                types=self.types,
+            )
+        except BaseException:
+            self._inbox.outcomes.extendleft(reversed(outcomes))
+            raise
+        self._record(outcomes, applied)
+        if claimed:
+            self._launch(claimed)
+        return TickResult(
+            finished=len(outcomes),
+            claimed=len(claimed),
+            reclaimed=reclaimed,
+            heartbeats=beats,
+            requested=free,
+        )
 
     # -- steps --------------------------------------------------------------------------
 
-    def _claim(self) -> int:
-        cap = current_cap(self.limits)
-        free = cap - len(self._running)
-        if free <= 0:
-            return 0
-        claimed = self.store.claim(
-            owner=self.worker_id, cap=cap, limit=free, ttl=self.lease_ttl, types=self.types
-        )
-        if not claimed:
-            return 0
+    def _launch(self, claimed: list[ClaimedJob]) -> None:
         self.stats.claimed += len(claimed)
         starts = []
         for c in claimed:
@@ -230,13 +325,10 @@ class Worker:
             starts.append((c, timeout, spec.retry_on_timeout))
         started = self.store.mark_running(self.worker_id, starts)
         for c in claimed:
-            if c.id not in started:
+            if c.id in started:
+                self._start(c)
+            else:
                 self.stats.leases_lost += 1
-                continue
-            self._start(c)
-        if not self._running:
-            return len(claimed)
-        return len(claimed)
 
     def _start(self, c: ClaimedJob) -> None:
         spec = self.handlers[c.type]
@@ -257,11 +349,7 @@ class Worker:
         if stale is not None:  # an earlier attempt of this job that timed out here
             self._lose(stale)
         self._running[c.id] = entry
-        thread = threading.Thread(
-            target=self._execute, args=(entry,), name=f"readyq-job-{c.id}", daemon=True
-        )
-        entry.thread = thread
-        thread.start()
+        self._pool.submit(self._execute, entry)
 
     def _execute(self, entry: _Running) -> None:
         c, job, spec = entry.claimed, entry.job, entry.spec
@@ -296,17 +384,7 @@ class Worker:
         self._inbox.outcomes.append(outcome)
         self._inbox.wake.set()
 
-    def _flush(self) -> int:
-        outcomes: list[Outcome] = []
-        while self._inbox.outcomes:
-            outcomes.append(self._inbox.outcomes.popleft())
-        if not outcomes:
-            return 0
-        try:
-            applied = self.store.finish(self.worker_id, outcomes)
-        except BaseException:
-            self._inbox.outcomes.extendleft(reversed(outcomes))
-            raise
+    def _record(self, outcomes: list[Outcome], applied: dict[int, bool]) -> None:
         for o in outcomes:
             # Only forget the attempt this outcome belongs to: a timed-out attempt may
             # report after the same job was claimed again by this worker.
@@ -315,8 +393,12 @@ class Worker:
                 del self._running[o.job.id]
             if not applied.get(o.job.id):
                 self.stats.fenced_out += 1
-                log.warning("job %d attempt %d: outcome %r fenced out (lease lost)",
-                            o.job.id, o.job.attempt, o.kind)
+                log.warning(
+                    "job %d attempt %d: outcome %r fenced out (lease lost)",
+                    o.job.id,
+                    o.job.attempt,
+                    o.kind,
+                )
                 continue
             if o.kind == "done":
                 self.stats.done += 1
@@ -326,7 +408,6 @@ class Worker:
                 self.stats.failed += 1
             elif o.kind == "cancel":
                 self.stats.cancelled += 1
-        return len(outcomes)
 
     def _heartbeat(self) -> int:
         entries = list(self._running.values())
@@ -363,8 +444,12 @@ class Worker:
 
     def _shutdown(self) -> None:
         """Record finished attempts and hand back the rest at once, uncharged."""
+        self._pool.shutdown()
         try:
-            self._flush()
+            outcomes = list(self._inbox.outcomes)
+            self._inbox.outcomes.clear()
+            if outcomes:
+                self._record(outcomes, self.store.finish(self.worker_id, outcomes))
             if self._running:
                 releases = [Outcome(job=e.claimed, kind="release") for e in self._running.values()]
                 for e in self._running.values():
