@@ -3,18 +3,63 @@
 from __future__ import annotations
 
 import argparse
+import importlib
+import json
 import logging
 import os
 import sys
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict
+from datetime import datetime, timezone
+from typing import Any
 
 from readyq.errors import ReadyqError
 
+DEFAULT_DB = "sqlite:///readyq.db"
+STATE_STYLES = {
+    "waiting": "bright_black", "ready": "cyan", "leased": "yellow", "running": "bold yellow",
+    "active": "magenta", "done": "green", "failed": "bold red", "cancelled": "bright_black",
+    "upstream_failed": "red",
+}
+PROGRESS_THRESHOLD = 1000
+
+EPILOG = """\
+The database is --db URL, else $READYQ_DATABASE_URL, else sqlite:///readyq.db; --db and
+--prefix may go before or after the command. Exit status: 0 done, 1 the operation could
+not be done (missing job or schema, job not retryable, database error), 2 bad usage (bad
+arguments, JSON, URL or option values), 130 interrupted."""
+
+
+class CLIError(Exception):
+    """A user mistake or a refusal, reported as one line on stderr."""
+
+    def __init__(self, message: str, code: int = 1) -> None:
+        super().__init__(message)
+        self.code = code
+
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="readyq", description=__doc__)
+    parser = argparse.ArgumentParser(
+        prog="readyq", description=__doc__, epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("-v", "--verbose", action="store_true", help="log at INFO level")
-    sub = parser.add_subparsers(dest="command", required=True)
+    parser.add_argument("--db", dest="db_global", metavar="URL",
+                        help="database URL (env READYQ_DATABASE_URL; default "
+                        f"{DEFAULT_DB})")
+    parser.add_argument("--prefix", dest="prefix_global", metavar="PREFIX",
+                        help="table prefix (default readyq_)")
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--db", default=argparse.SUPPRESS, metavar="URL",
+                        help="database URL (env READYQ_DATABASE_URL; default "
+                        f"{DEFAULT_DB})")
+    common.add_argument("--prefix", default=argparse.SUPPRESS, metavar="PREFIX",
+                        help="table prefix (default readyq_)")
+    as_json = argparse.ArgumentParser(add_help=False)
+    as_json.add_argument("--json", action="store_true", help="print JSON instead of tables")
+
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     demo = sub.add_parser(
         "demo",
         help="run a small pipeline end to end and check it",
@@ -30,7 +75,714 @@ def _parser() -> argparse.ArgumentParser:
     demo.add_argument("--workers", type=int, default=3, help="worker loops (default 3)")
     demo.add_argument("--cap", type=int, default=4, help="global concurrency cap (default 4)")
     demo.add_argument("--chunks", type=int, default=48, help="transforms in the batch (default 48)")
+
+    p = sub.add_parser(
+        "migrate", parents=[common, as_json],
+        help="create or upgrade readyq's tables (Alembic, own version table)",
+        description="Upgrade readyq's tables for the prefix to the newest revision, "
+        "recording it in <prefix>alembic_version. Running it again changes nothing.",
+    )
+    p.add_argument("--revision", default="head", help="target revision (default head)")
+    mode = p.add_mutually_exclusive_group()
+    mode.add_argument("--stamp", action="store_true",
+                      help="record the revision without running it (adopt tables made by "
+                      "Queue.create_schema())")
+    mode.add_argument("--sql", action="store_true",
+                      help="print the SQL for a fresh database of the URL's kind; run nothing")
+
+    p = sub.add_parser("enqueue", parents=[common, as_json], help="add a job; prints its id",
+                       description="Add a job (or, with --container, a container) and print "
+                       "its id.")
+    p.add_argument("type", metavar="TYPE", help="the job type (handler name)")
+    p.add_argument("--args", default=None, metavar="JSON", help="the job's args as JSON")
+    p.add_argument("--group", default="default", help="fair-share group (default: default)")
+    p.add_argument("--weight", type=int, default=1, help="the group's weight (default 1)")
+    p.add_argument("--priority", type=int, default=None,
+                   help="higher runs first within the group (default 0)")
+    p.add_argument("--after", type=int, nargs="+", action="extend", default=[], metavar="ID",
+                   help="job ids this job depends on")
+    p.add_argument("--parent", type=int, default=None, metavar="ID",
+                   help="the container this job belongs to")
+    p.add_argument("--run-after", default=None, metavar="SECONDS|ISO8601",
+                   help="a delay in seconds, or an ISO 8601 time (naive means UTC)")
+    p.add_argument("--max-attempts", type=int, default=None, help="attempts before failing")
+    p.add_argument("--timeout", type=float, default=None, metavar="SECONDS",
+                   help="per-attempt timeout")
+    p.add_argument("--container", action="store_true",
+                   help="add a container (never runs; ends when its last child ends)")
+
+    p = sub.add_parser(
+        "worker",
+        help="run the handlers of an application's Queue",
+        description="Import the application's readyq.Queue (which carries the handlers and "
+        "its own database URL) and run queue.run_worker(). --db and --prefix are ignored "
+        "here: the queue object already has its URL and prefix.",
+    )
+    p.add_argument("--app", required=True, metavar="MODULE:ATTR",
+                   help="where the Queue is, e.g. myapp.jobs:queue (or a function returning one)")
+    p.add_argument("--concurrency", type=int, default=1,
+                   help="global cap on jobs in flight across all workers (default 1)")
+    p.add_argument("--lease-ttl", type=float, default=30.0, metavar="SECONDS",
+                   help="lease lifetime without a heartbeat (default 30)")
+    p.add_argument("--heartbeat-interval", type=float, default=10.0, metavar="SECONDS",
+                   help="how often leases are extended; at most half the TTL (default 10)")
+    p.add_argument("--poll-interval", type=float, default=1.0, metavar="SECONDS",
+                   help="longest wait between looks for work (default 1)")
+    p.add_argument("--until-idle", action="store_true",
+                   help="return once every job of the worker's types has ended")
+    p.add_argument("--type", dest="types", action="append", default=None, metavar="TYPE",
+                   help="run only this job type (repeatable; default: every handler)")
+    p.add_argument("--worker-id", default=None, help="worker id (default host:pid:random)")
+    p.add_argument("--json", action="store_true", help="print the final stats as JSON")
+    p.add_argument("--db", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
+    p.add_argument("--prefix", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
+
+    sub.add_parser("status", parents=[common, as_json],
+                   help="jobs per state and group, in flight, oldest ready, workers",
+                   description="Counts per state and per group, jobs in flight, how long the "
+                   "oldest runnable job has waited, and the workers holding leases (with "
+                   "their latest heartbeat), all judged by the database clock.")
+
+    p = sub.add_parser("show", parents=[common, as_json],
+                       help="one job: fields, attempts, error, dependencies, dependents")
+    p.add_argument("id", type=int, metavar="ID")
+
+    p = sub.add_parser("dag", parents=[common, as_json],
+                       help="the dependency graph around a job (tree, mermaid or dot)",
+                       description="Upstream (what the job needs, and the children of "
+                       "containers), downstream (what it unblocks, and the containers it is "
+                       "in), as a tree, a Mermaid flowchart or a Graphviz digraph.")
+    p.add_argument("id", type=int, metavar="ID")
+    p.add_argument("--format", choices=("tree", "mermaid", "dot"), default="tree")
+    p.add_argument("--max-nodes", type=int, default=200, help="largest graph shown (default 200)")
+
+    p = sub.add_parser(
+        "retry", parents=[common, as_json],
+        help="put a failed/cancelled/upstream_failed job back (with its dependents)",
+        description="The job goes back to ready (or waiting if its dependencies are "
+        "unfinished), its error cleared and its attempts kept; dependents that ended "
+        "upstream_failed only because of it are revived too, and containers it belongs to "
+        "reopen. Retrying a container retries its failed and cancelled jobs. See "
+        "docs/cli.md.",
+    )
+    p.add_argument("id", type=int, metavar="ID")
+    p.add_argument("--extra-attempts", type=int, default=1, metavar="N",
+                   help="attempts granted on top of those used (default 1)")
+
+    p = sub.add_parser("cancel", parents=[common, as_json], help="cancel a job (Queue.cancel)")
+    p.add_argument("id", type=int, metavar="ID")
+
+    p = sub.add_parser("prune", parents=[common, as_json],
+                       help="delete finished jobs older than a cutoff",
+                       description="Delete jobs that finished more than --older-than ago, "
+                       "except those a remaining job depends on or is inside.")
+    p.add_argument("--older-than", required=True, metavar="DURATION",
+                   help="e.g. 7d, 12h, 30m, 1w, 1d12h or seconds")
+    p.add_argument("--batch-size", type=int, default=500, help="jobs per transaction (default 500)")
+
+    p = sub.add_parser("top", parents=[common], help="a live status view (Ctrl-C to quit)")
+    p.add_argument("--interval", type=float, default=1.0, help="seconds between refreshes")
+    p.add_argument("--once", action="store_true", help="render one frame and exit")
     return parser
+
+
+# -- plumbing ------------------------------------------------------------------------------
+
+
+def _url(args: argparse.Namespace) -> str:
+    return str(getattr(args, "db", None) or args.db_global
+               or os.environ.get("READYQ_DATABASE_URL") or DEFAULT_DB)
+
+
+def _prefix(args: argparse.Namespace) -> str:
+    from readyq.schema import DEFAULT_PREFIX
+
+    return str(getattr(args, "prefix", None) or args.prefix_global or DEFAULT_PREFIX)
+
+
+def _parse_url(url: str) -> Any:
+    import sqlalchemy as sa
+
+    try:
+        return sa.make_url(url)
+    except sa.exc.ArgumentError:
+        raise CLIError(f"invalid database URL {url!r}: expected e.g. sqlite:///jobs.db or "
+                       "postgresql+psycopg://user@host/db", code=2) from None
+
+
+def _open(args: argparse.Namespace, *, create: bool = False) -> Any:
+    """The Queue for --db/--prefix; refuses a missing SQLite file unless ``create``."""
+    from readyq.queue import Queue
+
+    url = _parse_url(_url(args))
+    path = url.database
+    if (url.get_backend_name() == "sqlite" and not create and path and path != ":memory:"
+            and not path.startswith("file:") and not os.path.exists(path)):
+        raise CLIError(f"no SQLite database at {path!r}: create it with `readyq migrate "
+                       f"--db {url.render_as_string(hide_password=True)}`")
+    try:
+        return Queue(url, prefix=_prefix(args))
+    except ImportError as exc:
+        raise CLIError(f"cannot load the driver for {url.drivername!r}: {exc}", code=2) from None
+
+
+def _console(stderr: bool = False) -> Any:
+    from rich.console import Console
+
+    return Console(stderr=stderr, highlight=False)
+
+
+def _print_json(data: Any) -> None:
+    print(json.dumps(data, indent=2, default=str))
+
+
+def _text(value: object, style: str = "") -> Any:
+    from rich.text import Text
+
+    return Text("" if value is None else str(value), style=style)
+
+
+def _state(state: str) -> Any:
+    return _text(state, STATE_STYLES.get(state, ""))
+
+
+def _ago(seconds: float | None) -> str:
+    if seconds is None:
+        return "-"
+    s = max(0.0, seconds)
+    if s < 60:
+        return f"{s:.1f}s"
+    if s < 3600:
+        return f"{int(s // 60)}m {int(s % 60):02d}s"
+    if s < 86400:
+        return f"{int(s // 3600)}h {int(s % 3600 // 60):02d}m"
+    return f"{int(s // 86400)}d {int(s % 86400 // 3600):02d}h"
+
+
+def _when(epoch: float | None, now: float) -> str:
+    from readyq.admin import iso
+
+    if epoch is None:
+        return "-"
+    delta = now - epoch
+    rel = f"{_ago(delta)} ago" if delta >= 0 else f"in {_ago(-delta)}"
+    return f"{iso(epoch)} ({rel})"
+
+
+# -- commands --------------------------------------------------------------------------------
+
+
+def cmd_migrate(args: argparse.Namespace) -> int:
+    from readyq import admin
+
+    url = _parse_url(_url(args))
+    prefix = _prefix(args)
+    if args.sql:
+        sys.stdout.write(admin.migration_sql(url, prefix, args.revision))
+        return 0
+    _open(args, create=True).close()  # checks the URL, the driver and the server version
+    engine_url = url.render_as_string(hide_password=False)
+    before = admin.current_revision(engine_url, prefix)
+    if args.stamp:
+        after = admin.stamp(engine_url, prefix, args.revision)
+    else:
+        after = admin.migrate(engine_url, prefix, args.revision)
+    if args.json:
+        _print_json({"prefix": prefix, "previous": before, "revision": after,
+                     "stamped": bool(args.stamp)})
+    elif before == after:
+        print(f"readyq tables (prefix {prefix}) already at revision {after}")
+    else:
+        verb = "stamped" if args.stamp else "migrated"
+        print(f"readyq tables (prefix {prefix}) {verb}: {before or 'none'} -> {after}")
+    return 0
+
+
+def _run_after(text: str | None) -> Any:
+    if text is None:
+        return None
+    try:
+        return float(text)
+    except ValueError:
+        pass
+    try:
+        value = datetime.fromisoformat(text.strip().replace("Z", "+00:00"))
+    except ValueError:
+        raise CLIError(f"--run-after {text!r} is neither a number of seconds nor an ISO 8601 "
+                       "time (e.g. 2030-01-31T09:00:00+00:00)", code=2) from None
+    return value if value.tzinfo else value.replace(tzinfo=timezone.utc)
+
+
+def cmd_enqueue(args: argparse.Namespace) -> int:
+    payload = None
+    if args.args is not None:
+        try:
+            payload = json.loads(args.args)
+        except json.JSONDecodeError as exc:
+            raise CLIError(f"--args is not valid JSON: {exc}", code=2) from None
+    run_after = _run_after(args.run_after)
+    if args.container:
+        given = [name for name, value in (("--priority", args.priority),
+                 ("--run-after", args.run_after), ("--max-attempts", args.max_attempts),
+                 ("--timeout", args.timeout)) if value is not None]
+        if given:
+            raise CLIError(f"{', '.join(given)} cannot be used with --container", code=2)
+    queue = _open(args)
+    try:
+        if args.container:
+            job_id = queue.enqueue_container(args.type, payload, group=args.group,
+                                             weight=args.weight, depends_on=args.after,
+                                             parent=args.parent)
+        else:
+            job_id = queue.enqueue(
+                args.type, payload, group=args.group, weight=args.weight,
+                priority=args.priority or 0, depends_on=args.after, parent=args.parent,
+                run_after=run_after, max_attempts=args.max_attempts, timeout=args.timeout,
+            )
+        if args.json:
+            _print_json({"id": job_id, "state": queue.get(job_id).state.value})
+        else:
+            print(job_id)
+    finally:
+        queue.close()
+    return 0
+
+
+def _load_app(spec: str) -> Any:
+    from readyq.queue import Queue
+
+    module_name, sep, attr = spec.partition(":")
+    if not sep or not module_name or not attr:
+        raise CLIError(f"--app {spec!r} must look like module:attribute, e.g. myapp.jobs:queue",
+                       code=2)
+    if os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    try:
+        obj: Any = importlib.import_module(module_name)
+    except ModuleNotFoundError as exc:
+        missing = exc.name or ""
+        if missing and (module_name == missing or module_name.startswith(missing + ".")):
+            raise CLIError(f"--app {spec}: no module named {missing!r} (looked in the current "
+                           "directory and sys.path)", code=2) from None
+        raise
+    for part in attr.split("."):
+        try:
+            obj = getattr(obj, part)
+        except AttributeError:
+            raise CLIError(f"--app {spec}: {module_name!r} has no attribute {attr!r}",
+                           code=2) from None
+    if not isinstance(obj, Queue) and callable(obj):
+        obj = obj()
+    if not isinstance(obj, Queue):
+        raise CLIError(f"--app {spec} is a {type(obj).__name__}, not a readyq.Queue", code=2)
+    return obj
+
+
+def cmd_worker(args: argparse.Namespace) -> int:
+    queue = _load_app(args.app)
+    if getattr(args, "db", None) or args.db_global:
+        print("readyq: note: --db is ignored by `worker`; the app's queue uses its own URL",
+              file=sys.stderr)
+    worker = queue.worker(
+        concurrency=args.concurrency, lease_ttl=args.lease_ttl,
+        heartbeat_interval=args.heartbeat_interval, poll_interval=args.poll_interval,
+        types=args.types, worker_id=args.worker_id,
+    )
+    print(f"readyq worker {worker.worker_id} on {queue.database} (prefix {queue.prefix}): "
+          f"types {', '.join(worker.types)}, cap {args.concurrency}"
+          + ("" if args.until_idle else "; Ctrl-C to stop"), file=sys.stderr)
+    stats = worker.run(until_idle=args.until_idle)
+    if args.json:
+        _print_json({"worker_id": worker.worker_id, **asdict(stats)})
+    else:
+        print(f"worker {worker.worker_id} stopped: claimed {stats.claimed}, done {stats.done}, "
+              f"retried {stats.retried}, failed {stats.failed}, cancelled {stats.cancelled}, "
+              f"reclaimed {stats.reclaimed}")
+    return 0
+
+
+def render_status(st: Any, database: str, prefix: str) -> Any:
+    from rich.console import Group
+    from rich.table import Table
+
+    from readyq.admin import STATE_ORDER, iso
+
+    parts: list[Any] = [_text(
+        f"readyq on {database} (prefix {prefix}) at {iso(st.now)} (database clock): "
+        f"{st.total} jobs, {st.in_flight} in flight, {st.runnable} runnable now"
+        + (f", {st.deferred} ready but deferred" if st.deferred else ""), "bold")]
+    states = Table(title="Jobs per state", title_justify="left")
+    states.add_column("state")
+    states.add_column("jobs", justify="right")
+    for s in STATE_ORDER:
+        n = st.states.get(s, 0)
+        states.add_row(_state(s), _text(n, "" if n else "bright_black"))
+    parts.append(states)
+    if st.groups:
+        present = [s for s in STATE_ORDER if any(s in g for g in st.groups.values())]
+        groups = Table(title="Jobs per group", title_justify="left")
+        groups.add_column("group")
+        for s in present:
+            groups.add_column(_state(s), justify="right")
+        for name, counts in st.groups.items():
+            groups.add_row(_text(name), *[_text(counts.get(s, 0)) for s in present])
+        parts.append(groups)
+    oldest = st.oldest_ready
+    parts.append(_text(
+        "oldest runnable job: none" if oldest is None else
+        f"oldest runnable job: #{oldest.id} {oldest.type} (group {oldest.group}), "
+        f"waiting {_ago(oldest.age)}"))
+    if st.workers:
+        workers = Table(title="Workers holding leases", title_justify="left")
+        for col, just in (("worker", "left"), ("leased", "right"), ("running", "right"),
+                          ("last heartbeat", "right"), ("lease", "left")):
+            workers.add_column(col, justify=just)  # type: ignore[arg-type]
+        for w in st.workers:
+            workers.add_row(_text(w.owner), _text(w.leased), _text(w.running),
+                            _text(f"{_ago(w.heartbeat_age)} ago"),
+                            _text("expired", "bold red") if w.expired else _text("live", "green"))
+        parts.append(workers)
+    else:
+        parts.append(_text("workers holding leases: none"))
+    return Group(*parts)
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    from readyq import admin
+
+    queue = _open(args)
+    try:
+        st = admin.status(queue)
+        if args.json:
+            _print_json({"database": queue.database, "prefix": queue.prefix, **st.to_json()})
+        else:
+            _console().print(render_status(st, queue.database, queue.prefix))
+    finally:
+        queue.close()
+    return 0
+
+
+def cmd_show(args: argparse.Namespace) -> int:
+    from rich.table import Table
+
+    from readyq import admin
+
+    queue = _open(args)
+    try:
+        detail = admin.show(queue, args.id)
+    finally:
+        queue.close()
+    if args.json:
+        _print_json(detail.to_json())
+        return 0
+    f, now = detail.fields, detail.now
+    console = _console()
+    table = Table(title=f"Job {f['id']}", title_justify="left", show_header=False)
+    table.add_column("field", style="bold")
+    table.add_column("value")
+    kind = " (container)" if f["is_container"] else ""
+    table.add_row("type", _text(f"{f['type']}{kind}"))
+    table.add_row("state", _state(f["state"]))
+    table.add_row("group", _text(f"{f['group']} (weight {f['weight']})"))
+    table.add_row("priority", _text(f["priority"]))
+    table.add_row("attempts", _text(f"{f['attempts']} of {f['max_attempts']}"))
+    if f["timeout"] is not None:
+        table.add_row("timeout", _text(f"{f['timeout']:g}s"))
+    if f["is_container"]:
+        table.add_row("children", _text(", ".join(f"{k} {v}" for k, v in detail.children.items())
+                                        or "none"))
+    if detail.parent is not None:
+        p = detail.parent
+        table.add_row("container", _text(f"#{p.id} {p.type} [{p.state}]"))
+    for name in ("created_at", "run_after", "started_at", "finished_at", "updated_at"):
+        if f[name] is not None:
+            table.add_row(name, _text(_when(f[name], now)))
+    if f["state"] in ("leased", "running"):
+        table.add_row("lease", _text(f"{f['lease_owner']} token {f['lease_token']}, "
+                                     f"expires {_when(f['lease_expires'], now)}"))
+        table.add_row("heartbeat", _text(_when(f["heartbeat_at"], now)))
+        if f["cancel_requested"]:
+            table.add_row("cancel", _text("requested", "bold red"))
+    table.add_row("args", _text(_short_json(f["args"])))
+    if f["result"] is not None:
+        table.add_row("result", _text(_short_json(f["result"])))
+    console.print(table)
+    for title, refs in (("Depends on", detail.dependencies), ("Needed by", detail.dependents)):
+        if not refs:
+            console.print(_text(f"{title}: none"))
+            continue
+        t = Table(title=title, title_justify="left")
+        t.add_column("id", justify="right")
+        t.add_column("type")
+        t.add_column("state")
+        for r in refs:
+            t.add_row(_text(r.id), _text(r.type + (" (container)" if r.is_container else "")),
+                      _state(r.state))
+        console.print(t)
+    if f["error"]:
+        console.print(_text("Error:", "bold red"))
+        console.print(_text(f["error"].rstrip()))
+    return 0
+
+
+def _short_json(value: Any, limit: int = 500) -> str:
+    text = json.dumps(value, ensure_ascii=False)
+    return text if len(text) <= limit else text[: limit - 20] + f"... ({len(text)} chars)"
+
+
+def render_tree(g: Any) -> Any:
+    from rich.tree import Tree
+
+    def label(i: int, relation: str = "") -> Any:
+        n = g.nodes[i]
+        t = _text(relation, "italic bright_black")
+        t.append(f"#{n.id} {n.type}", style="bold" if i == g.root else "")
+        if n.is_container:
+            t.append(" (container)", style="magenta")
+        t.append(" ")
+        t.append(f"[{n.state}]", style=STATE_STYLES.get(n.state, ""))
+        t.append(f"  {n.group}", style="bright_black")
+        return t
+
+    def grow(branch: Any, i: int, up: bool, seen: set[int]) -> None:
+        if up:
+            members = set(g.upstream)
+            links = [(d, "") for d in g.dependencies_of(i) if d in members]
+            kids = [c for c in g.children_of(i) if c in members]
+        else:
+            members = set(g.downstream)
+            links = [(d, "") for d in g.dependents_of(i) if d in members]
+            parent = g.container_of(i)
+            if parent is not None and parent in members:
+                links.append((parent, "in container "))
+            kids = []
+        shown = kids[:8]
+        links += [(c, "contains ") for c in shown]
+        for j, relation in links:
+            if j in seen:
+                node = label(j, relation)
+                node.append("  (shown above)", style="bright_black")
+                branch.add(node)
+                continue
+            seen.add(j)
+            grow(branch.add(label(j, relation)), j, up, seen)
+        if len(kids) > len(shown):
+            rest: dict[str, int] = {}
+            for c in kids[len(shown):]:
+                rest[g.nodes[c].state] = rest.get(g.nodes[c].state, 0) + 1
+            summary = ", ".join(f"{k} {v}" for k, v in sorted(rest.items()))
+            branch.add(_text(f"... and {len(kids) - len(shown)} more children ({summary})",
+                             "bright_black"))
+
+    tree = Tree(label(g.root))
+    if g.upstream:
+        grow(tree.add(_text("needs (upstream)", "bold")), g.root, True, {g.root})
+    if g.downstream:
+        grow(tree.add(_text("needed by (downstream)", "bold")), g.root, False, {g.root})
+    if not g.upstream and not g.downstream:
+        tree.add(_text("no dependencies, dependents, container or children", "bright_black"))
+    if g.truncated:
+        tree.add(_text(f"(graph cut at {len(g.nodes)} jobs: raise --max-nodes)", "yellow"))
+    return tree
+
+
+def cmd_dag(args: argparse.Namespace) -> int:
+    from readyq import admin
+
+    if not 1 <= args.max_nodes <= admin.MAX_DAG_NODES:
+        raise CLIError(f"--max-nodes must be from 1 to {admin.MAX_DAG_NODES}", code=2)
+    queue = _open(args)
+    try:
+        g = admin.dag(queue, args.id, max_nodes=args.max_nodes)
+    finally:
+        queue.close()
+    if args.json:
+        _print_json(g.to_json())
+    elif args.format == "mermaid":
+        sys.stdout.write(admin.to_mermaid(g))
+    elif args.format == "dot":
+        sys.stdout.write(admin.to_dot(g))
+    else:
+        _console().print(render_tree(g))
+    return 0
+
+
+def cmd_retry(args: argparse.Namespace) -> int:
+    from readyq import admin
+
+    if args.extra_attempts < 1:
+        raise CLIError("--extra-attempts must be at least 1", code=2)
+    queue = _open(args)
+    try:
+        result = admin.retry(queue, args.id, extra_attempts=args.extra_attempts)
+    finally:
+        queue.close()
+    if args.json:
+        _print_json(result.to_json())
+        return 0
+    lines = [f"job {i} -> {state}" for i, state in result.revived]
+    if result.reopened:
+        lines.append("containers reopened: " + ", ".join(str(i) for i in result.reopened))
+    print(f"retried job {args.id}: {len(result.revived)} job(s) revived")
+    for line in lines:
+        print(f"  {line}")
+    return 0
+
+
+def cmd_cancel(args: argparse.Namespace) -> int:
+    from readyq import admin
+
+    queue = _open(args)
+    try:
+        result = admin.cancel(queue, args.id)
+    finally:
+        queue.close()
+    if args.json:
+        _print_json(result.to_json())
+    elif result.requested:
+        print(f"job {args.id} is {result.after}: cancel requested; the handler sees "
+              "job.cancelled at its next heartbeat")
+    else:
+        print(f"job {args.id} cancelled ({result.before} -> {result.after})")
+    return 0
+
+
+class _PruneProgress:
+    """A progress bar on stderr, shown only for prunes of many jobs."""
+
+    def __init__(self, enabled: bool) -> None:
+        self.enabled = enabled
+        self.progress: Any = None
+        self.task: Any = None
+
+    def __call__(self, done: int, total: int) -> None:
+        if not self.enabled or total < PROGRESS_THRESHOLD:
+            return
+        if self.progress is None:
+            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
+
+            self.progress = Progress(TextColumn("pruning"), BarColumn(), MofNCompleteColumn(),
+                                     console=_console(stderr=True), transient=True)
+            self.progress.start()
+            self.task = self.progress.add_task("prune", total=total)
+        self.progress.update(self.task, completed=done, total=total)
+
+    def close(self) -> None:
+        if self.progress is not None:
+            self.progress.stop()
+
+
+def cmd_prune(args: argparse.Namespace) -> int:
+    from readyq import admin
+
+    try:
+        seconds = admin.parse_duration(args.older_than)
+    except ValueError as exc:
+        raise CLIError(f"--older-than: {exc}", code=2) from None
+    if args.batch_size < 1:
+        raise CLIError("--batch-size must be at least 1", code=2)
+    queue = _open(args)
+    bar = _PruneProgress(enabled=not args.json)
+    try:
+        result = admin.prune(queue, seconds, batch_size=args.batch_size, progress=bar)
+    finally:
+        bar.close()
+        queue.close()
+    if args.json:
+        _print_json(result.to_json())
+    else:
+        kept = (f"; kept {result.kept} that remaining jobs still depend on or contain"
+                if result.kept else "")
+        print(f"pruned {result.deleted} job(s) and {result.edges} dependency row(s) finished "
+              f"before {admin.iso(result.cutoff)}{kept}")
+    return 0
+
+
+def cmd_top(args: argparse.Namespace) -> int:
+    import sqlalchemy as sa
+    from rich.live import Live
+
+    from readyq import admin
+
+    if args.interval <= 0:
+        raise CLIError("--interval must be positive", code=2)
+    queue = _open(args)
+    console = _console()
+    try:
+        def frame() -> Any:
+            return render_status(admin.status(queue), queue.database, queue.prefix)
+
+        first = frame()
+        if args.once:
+            console.print(first)
+            return 0
+        with Live(first, console=console, auto_refresh=False) as live:
+            try:
+                while True:
+                    time.sleep(args.interval)
+                    try:
+                        live.update(frame(), refresh=True)
+                    except sa.exc.DBAPIError as exc:
+                        live.update(_text(f"database error, retrying: {_db_message(exc)}",
+                                          "bold red"), refresh=True)
+            except KeyboardInterrupt:
+                pass
+    finally:
+        queue.close()
+    return 0
+
+
+COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
+    "migrate": cmd_migrate,
+    "enqueue": cmd_enqueue,
+    "worker": cmd_worker,
+    "status": cmd_status,
+    "show": cmd_show,
+    "dag": cmd_dag,
+    "retry": cmd_retry,
+    "cancel": cmd_cancel,
+    "prune": cmd_prune,
+    "top": cmd_top,
+}
+
+
+def _db_message(exc: BaseException) -> str:
+    orig = getattr(exc, "orig", None) or exc
+    lines = [x.strip() for x in str(orig).strip().splitlines() if x.strip()]
+    return lines[0] if lines else exc.__class__.__name__
+
+
+def _run(args: argparse.Namespace) -> int:
+    """Run one command; map every expected failure to one line on stderr."""
+    import sqlalchemy as sa
+
+    from readyq import admin
+    from readyq.errors import (
+        ConfigurationError,
+        InvalidJob,
+        JobNotFound,
+        SchemaNotFound,
+    )
+
+    try:
+        return COMMANDS[args.command](args)
+    except CLIError as exc:
+        message, code = str(exc), exc.code
+    except SchemaNotFound:
+        message, code = (f"readyq tables with prefix {_prefix(args)!r} are missing in this "
+                         "database: run `readyq migrate` first"), 1
+    except (ConfigurationError, InvalidJob) as exc:
+        message, code = str(exc), 2
+    except (JobNotFound, admin.AdminError) as exc:
+        message, code = str(exc).strip("'\""), 1
+    except ReadyqError as exc:
+        message, code = str(exc), 1
+    except (sa.exc.ArgumentError, sa.exc.NoSuchModuleError) as exc:
+        message, code = f"invalid database URL: {exc}", 2
+    except sa.exc.DBAPIError as exc:
+        message, code = f"database error ({exc.__class__.__name__}): {_db_message(exc)}", 1
+    print(f"readyq: {message}", file=sys.stderr)
+    return code
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -47,12 +799,12 @@ def main(argv: Sequence[str] | None = None) -> int:
                 raise SystemExit("readyq: --workers and --cap must be >= 1, --chunks >= 4")
             report = run_demo(args.db, workers=args.workers, cap=args.cap, chunks=args.chunks)
             return 0 if report.ok else 1
+        return _run(args)
     except ReadyqError as exc:
         print(f"readyq: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         return 130
-    return 0
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -415,7 +415,9 @@ class Store:
             if done_ids:
                 edges = Counter(
                     conn.execute(
-                        sa.select(d.c.job_id).where(d.c.depends_on_id.in_(done_ids))
+                        sa.select(d.c.job_id).where(
+                            self.dialect.ids_match(d.c.depends_on_id, done_ids)
+                        )
                     ).scalars()
                 )
                 by_count: dict[int, list[int]] = defaultdict(list)
@@ -426,7 +428,7 @@ class Store:
                     # with already-updated values: decide the state from the old counter.
                     conn.execute(
                         sa.update(j)
-                        .where(j.c.id.in_(sorted(ids)))
+                        .where(self.dialect.ids_match(j.c.id, sorted(ids)))
                         .ordered_values(
                             (
                                 j.c.state,
@@ -545,10 +547,14 @@ class Store:
         limit: int,
         ttl: float,
         types: Sequence[str] | None,
+        start: Callable[[ClaimedJob], tuple[float | None, bool]] | None = None,
     ) -> tuple[dict[int, bool], list[ClaimedJob]]:
-        """Record outcomes and claim new jobs in one transaction (one commit per batch).
+        """Record outcomes, claim new jobs and start them: one transaction, one commit.
 
-        The slots freed by the outcomes count as free for the claim.
+        The slots freed by the outcomes count as free for the claim. With ``start``
+        (job → (timeout, retry_on_timeout)), the claimed jobs also move from leased to
+        running in the same transaction, each with its deadline; a worker uses this when
+        it hands every claimed job to a handler at once.
         """
 
         def unit(conn: Connection) -> tuple[dict[int, bool], list[ClaimedJob]]:
@@ -556,6 +562,11 @@ class Store:
             claimed: list[ClaimedJob] = []
             if cap > 0 and limit > 0:
                 claimed = self._claim(conn, owner, cap, limit, ttl, types)
+            if claimed and start is not None:
+                started = self._mark_running(
+                    conn, owner, [(c, *start(c)) for c in claimed]
+                )
+                claimed = [c for c in claimed if c.id in started]
             return applied, claimed
 
         if not outcomes and (cap <= 0 or limit <= 0):
@@ -581,42 +592,53 @@ class Store:
         ).first()
         if gate is None:
             raise SchemaNotFound("the readyq gate row is missing: call Queue.create_schema()")
-        in_flight = {
-            r.group_key: (int(r.n), int(r.w))
-            for r in conn.execute(
-                sa.select(j.c.group_key, sa.func.count().label("n"), sa.func.max(j.c.weight).label("w"))
-                .where(j.c.state.in_(IN_FLIGHT_STATES))
-                .group_by(j.c.group_key)
-            )
-        }
-        if cap - sum(n for n, _ in in_flight.values()) <= 0:
-            return []
         now = self.now()
-        ready = {
-            r.group_key: (int(r.n), int(r.w))
-            for r in conn.execute(
-                sa.select(j.c.group_key, sa.func.count().label("n"), sa.func.max(j.c.weight).label("w"))
-                .where(runnable(t, now, types=types))
-                .group_by(j.c.group_key)
+        # One pass over in-flight and ready rows (a range on the state-led indexes): how
+        # many each group has in flight and runnable, and its weight.
+        flying = j.c.state.in_(IN_FLIGHT_STATES)
+        can_run = runnable(t, now, types=types)
+        rows = conn.execute(
+            sa.select(
+                j.c.group_key,
+                sa.func.sum(sa.case((flying, 1), else_=0)).label("n_flight"),
+                sa.func.max(sa.case((flying, j.c.weight), else_=0)).label("w_flight"),
+                sa.func.sum(sa.case((can_run, 1), else_=0)).label("n_ready"),
+                sa.func.max(sa.case((can_run, j.c.weight), else_=0)).label("w_ready"),
             )
-        }
-        if not ready:
+            .where(
+                j.c.state.in_((*IN_FLIGHT_STATES, "ready")),
+                sa.or_(j.c.state != "ready", can_run),
+            )
+            .group_by(j.c.group_key)
+        ).all()
+        total_in_flight = sum(int(r.n_flight) for r in rows)
+        if cap - total_in_flight <= 0 or not any(int(r.n_ready) for r in rows):
             return []
+        if len(rows) == 1:
+            # One group alone has nothing to share with: claim for it directly and leave
+            # the fair-share clocks as they are (a group that joins later starts level).
+            key = rows[0].group_key
+            limit = min(limit, cap - total_in_flight)
+            return d.claim(
+                conn,
+                t,
+                ClaimRequest(owner=owner, group=key, limit=limit, ttl=ttl, types=types),
+                now,
+            )
+        wanted = sorted(r.group_key for r in rows if int(r.n_ready))
         history = {
             r.group_key: r
-            for r in conn.execute(sa.select(g).where(g.c.group_key.in_(sorted(ready))))
+            for r in conn.execute(sa.select(g).where(g.c.group_key.in_(wanted)))
         }
         demands = []
-        for key in sorted(set(ready) | set(in_flight)):
-            n_ready, w_ready = ready.get(key, (0, 0))
-            n_flight, w_flight = in_flight.get(key, (0, 0))
-            hist = history.get(key)
+        for r in sorted(rows, key=lambda r: r.group_key):
+            hist = history.get(r.group_key)
             demands.append(
                 GroupDemand(
-                    key=key,
-                    weight=max(w_ready, w_flight, 1),
-                    in_flight=n_flight,
-                    runnable=n_ready,
+                    key=r.group_key,
+                    weight=max(int(r.w_ready or 0), int(r.w_flight or 0), 1),
+                    in_flight=int(r.n_flight),
+                    runnable=int(r.n_ready),
                     vfinish=None if hist is None else float(hist.vfinish),
                     served_seq=0 if hist is None else int(hist.served_seq),
                 )
@@ -655,7 +677,7 @@ class Store:
     def _fence(self, owner: str, leases: Sequence[Lease]) -> sa.ColumnElement[bool]:
         j = self.tables.jobs
         return sa.and_(
-            sa.tuple_(j.c.id, j.c.lease_token).in_([(x.id, x.token) for x in leases]),
+            self.dialect.pairs_match(j.c.id, j.c.lease_token, [(x.id, x.token) for x in leases]),
             j.c.lease_owner == owner,
         )
 
@@ -668,42 +690,46 @@ class Store:
         """
         if not starts:
             return set()
+        return self.write(lambda conn: self._mark_running(conn, owner, starts), what="start")
+
+    def _mark_running(
+        self,
+        conn: Connection,
+        owner: str,
+        starts: Sequence[tuple[ClaimedJob, float | None, bool]],
+    ) -> set[int]:
         j = self.tables.jobs
-
-        def unit(conn: Connection) -> set[int]:
-            now = self.now()
-            by_policy: dict[tuple[float | None, bool], list[Lease]] = {}
-            for job, timeout, retry in starts:
-                by_policy.setdefault((timeout, retry), []).append(Lease(job.id, job.lease_token))
-            moved = 0
-            for (timeout, retry), leases in by_policy.items():
-                moved += conn.execute(
-                    sa.update(j)
-                    .where(self._fence(owner, leases), j.c.state == "leased")
-                    .values(
-                        state="running",
-                        started_at=now,
-                        deadline=None if timeout is None else now + timeout,
-                        retry_on_timeout=retry,
-                        updated_at=now,
-                    )
-                ).rowcount
-            ids = [job.id for job, _, _ in starts]
-            if moved == len(ids):
-                return set(ids)
-            tokens = {job.id: job.lease_token for job, _, _ in starts}
-            rows = conn.execute(
-                sa.select(j.c.id, j.c.lease_token, j.c.lease_owner, j.c.state).where(
-                    j.c.id.in_(ids)
+        now = self.now()
+        by_policy: dict[tuple[float | None, bool], list[Lease]] = {}
+        for job, timeout, retry in starts:
+            by_policy.setdefault((timeout, retry), []).append(Lease(job.id, job.lease_token))
+        moved = 0
+        for (timeout, retry), leases in by_policy.items():
+            moved += conn.execute(
+                sa.update(j)
+                .where(self._fence(owner, leases), j.c.state == "leased")
+                .values(
+                    state="running",
+                    started_at=now,
+                    deadline=None if timeout is None else now + timeout,
+                    retry_on_timeout=retry,
+                    updated_at=now,
                 )
-            ).all()
-            return {
-                int(r.id)
-                for r in rows
-                if r.state == "running" and r.lease_owner == owner and r.lease_token == tokens[r.id]
-            }
-
-        return self.write(unit, what="mark_running")
+            ).rowcount
+        ids = [job.id for job, _, _ in starts]
+        if moved == len(ids):
+            return set(ids)
+        tokens = {job.id: job.lease_token for job, _, _ in starts}
+        rows = conn.execute(
+            sa.select(j.c.id, j.c.lease_token, j.c.lease_owner, j.c.state).where(
+                self.dialect.ids_match(j.c.id, ids)
+            )
+        ).all()
+        return {
+            int(r.id)
+            for r in rows
+            if r.state == "running" and r.lease_owner == owner and r.lease_token == tokens[r.id]
+        }
 
     def heartbeat(self, owner: str, leases: Sequence[Lease], ttl: float) -> dict[int, LeaseStatus]:
         """Extend the leases still held, in one statement; report lost and cancelled jobs."""
@@ -722,7 +748,7 @@ class Store:
             rows = conn.execute(
                 sa.select(
                     j.c.id, j.c.lease_token, j.c.lease_owner, j.c.state, j.c.cancel_requested
-                ).where(j.c.id.in_(list(tokens)))
+                ).where(self.dialect.ids_match(j.c.id, list(tokens)))
             ).all()
             status = {x.id: LeaseStatus(lost=True, cancel_requested=False) for x in leases}
             for r in rows:
@@ -801,7 +827,7 @@ class Store:
             int(r.id): r
             for r in conn.execute(
                 sa.select(j.c.id, j.c.state, j.c.lease_token, j.c.lease_owner).where(
-                    j.c.id.in_([o.job.id for o in done])
+                    self.dialect.ids_match(j.c.id, [o.job.id for o in done])
                 )
             )
         }
@@ -917,6 +943,22 @@ class Store:
         Each row is re-checked in its UPDATE (state, token and expiry), so a job that was
         finished or re-claimed after the SELECT is left alone.
         """
+        j = self.tables.jobs
+        now = self.now()
+        due = (
+            sa.select(j.c.id)
+            .where(
+                j.c.state.in_(IN_FLIGHT_STATES),
+                sa.or_(
+                    j.c.lease_expires < now,
+                    sa.and_(j.c.state == "running", j.c.deadline < now),
+                ),
+            )
+            .limit(1)
+        )
+        # A plain read first: most ticks find nothing, and then take no write lock.
+        if self.read(lambda conn: conn.execute(due).first()) is None:
+            return ReclaimResult()
         return self.write(lambda conn: self._reclaim(conn, limit), what="reclaim")
 
     def _reclaim(self, conn: Connection, limit: int) -> ReclaimResult:

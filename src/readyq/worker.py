@@ -297,8 +297,13 @@ class Worker:
         free = max(0, cap - (len(self._running) - finishing))
         try:
             applied, claimed = self.store.cycle(
-                self.worker_id, outcomes, cap=cap, limit=free, ttl=self.lease_ttl,
+                self.worker_id,
+                outcomes,
+                cap=cap,
+                limit=free,
+                ttl=self.lease_ttl,
                 types=self.types,
+                start=self._start_policy,
             )
         except BaseException:
             self._inbox.outcomes.extendleft(reversed(outcomes))
@@ -316,19 +321,15 @@ class Worker:
 
     # -- steps --------------------------------------------------------------------------
 
+    def _start_policy(self, c: ClaimedJob) -> tuple[float | None, bool]:
+        """The deadline and timeout policy of a job about to start."""
+        spec = self.handlers[c.type]
+        return (c.timeout if c.timeout is not None else spec.timeout, spec.retry_on_timeout)
+
     def _launch(self, claimed: list[ClaimedJob]) -> None:
         self.stats.claimed += len(claimed)
-        starts = []
         for c in claimed:
-            spec = self.handlers[c.type]
-            timeout = c.timeout if c.timeout is not None else spec.timeout
-            starts.append((c, timeout, spec.retry_on_timeout))
-        started = self.store.mark_running(self.worker_id, starts)
-        for c in claimed:
-            if c.id in started:
-                self._start(c)
-            else:
-                self.stats.leases_lost += 1
+            self._start(c)
 
     def _start(self, c: ClaimedJob) -> None:
         spec = self.handlers[c.type]

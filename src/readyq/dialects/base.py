@@ -58,7 +58,9 @@ class Dialect(ABC):
     @classmethod
     def engine_options(cls) -> dict[str, Any]:
         """Keyword arguments for ``create_engine`` when readyq builds the engine."""
-        return {"pool_pre_ping": True}
+        # No pre-ping: it costs a round trip per transaction. A dead connection is
+        # detected when used; the store invalidates the pool and retries the unit.
+        return {}
 
     def prepare_engine(self, engine: Engine, *, owned: bool) -> Engine:
         """Adapt an engine; ``owned`` is False for an engine the user passed in.
@@ -82,6 +84,21 @@ class Dialect(ABC):
     def lock_rows_skip_locked(self, stmt: sa.Select[Any]) -> sa.Select[Any]:
         """Exclusive row locks, skipping rows another transaction holds."""
         return stmt.with_for_update(skip_locked=True)
+
+    # -- lists of ids -------------------------------------------------------------------
+
+    def ids_match(self, column: sa.ColumnElement[Any], ids: Sequence[int]) -> sa.ColumnElement[bool]:
+        """``column IN (ids)``."""
+        return column.in_(list(ids))
+
+    def pairs_match(
+        self,
+        id_column: sa.ColumnElement[Any],
+        token_column: sa.ColumnElement[Any],
+        pairs: Sequence[tuple[int, int]],
+    ) -> sa.ColumnElement[bool]:
+        """``(id, token) IN (pairs)``: each row fenced by its own lease token."""
+        return sa.tuple_(id_column, token_column).in_(list(pairs))
 
     # -- time ---------------------------------------------------------------------------
 

@@ -81,7 +81,7 @@ class MySQLDialect(Dialect):
 
     @classmethod
     def engine_options(cls) -> dict[str, Any]:
-        return {"pool_pre_ping": True, "isolation_level": "READ COMMITTED"}
+        return {"isolation_level": "READ COMMITTED"}
 
     def prepare_engine(self, engine: sa.Engine, *, owned: bool) -> sa.Engine:
         # readyq's own engine is created at READ COMMITTED. A user's engine keeps its

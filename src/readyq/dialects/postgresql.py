@@ -13,9 +13,11 @@ Deviations and limits:
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any, ClassVar
 
 import sqlalchemy as sa
+from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.engine import Connection
 
 from readyq.dialects.base import (
@@ -46,7 +48,7 @@ class PostgresDialect(Dialect):
 
     @classmethod
     def engine_options(cls) -> dict[str, Any]:
-        return {"pool_pre_ping": True, "isolation_level": "READ COMMITTED"}
+        return {"isolation_level": "READ COMMITTED"}
 
     def check_server(self) -> None:
         if self.server_version and self.server_version < (12,):
@@ -54,6 +56,25 @@ class PostgresDialect(Dialect):
                 "readyq needs PostgreSQL 12 or newer (materialized CTEs), found "
                 + ".".join(map(str, self.server_version))
             )
+
+    def ids_match(self, column: sa.ColumnElement[Any], ids: Sequence[int]) -> sa.ColumnElement[bool]:
+        """``column = ANY(:ids)``: one array parameter, so the SQL text does not change with
+        the number of ids and the driver can prepare it once."""
+        return column == sa.any_(sa.bindparam(None, list(ids), type_=ARRAY(sa.BigInteger)))
+
+    def pairs_match(
+        self,
+        id_column: sa.ColumnElement[Any],
+        token_column: sa.ColumnElement[Any],
+        pairs: Sequence[tuple[int, int]],
+    ) -> sa.ColumnElement[bool]:
+        """``(id, token) IN (SELECT * FROM unnest(:ids, :tokens))``, with two array
+        parameters whatever the number of pairs."""
+        fence = sa.func.unnest(
+            sa.bindparam(None, [p[0] for p in pairs], type_=ARRAY(sa.BigInteger)),
+            sa.bindparam(None, [p[1] for p in pairs], type_=ARRAY(sa.BigInteger)),
+        ).table_valued("id", "token").render_derived(name="fence")
+        return sa.tuple_(id_column, token_column).in_(sa.select(fence.c.id, fence.c.token))
 
     def now(self) -> sa.ColumnElement[float]:
         return sa.cast(sa.extract("epoch", sa.func.clock_timestamp()), sa.Double)
