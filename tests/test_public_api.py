@@ -15,6 +15,7 @@ def test_public_names_are_pinned() -> None:
         "Job",
         "JobInfo",
         "JobNotFound",
+        "JobSpec",
         "JobState",
         "LeaseLost",
         "PayloadNotJSON",

@@ -27,7 +27,7 @@ from readyq.errors import (
     UnsupportedDatabase,
 )
 from readyq.model import Job, JobInfo, JobState
-from readyq.queue import Queue
+from readyq.queue import JobSpec, Queue
 from readyq.worker import Worker, WorkerStats
 
 __version__ = "0.1.0"
@@ -44,6 +44,7 @@ __all__ = [
     "Job",
     "JobInfo",
     "JobNotFound",
+    "JobSpec",
     "JobState",
     "LeaseLost",
     "PayloadNotJSON",

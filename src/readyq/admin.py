@@ -577,12 +577,15 @@ def dag(queue: Queue, job_id: int, *, max_nodes: int = 200) -> Graph:
 
         def admit(candidates: Iterable[int], seen: set[int]) -> list[int]:
             fresh = []
+            new_nodes = 0
             for c in sorted(set(candidates)):
                 if c in seen:
                     continue
-                if c not in g.nodes and len(g.nodes) >= max_nodes:
-                    g.truncated = True
-                    continue
+                if c not in g.nodes:
+                    if len(g.nodes) + new_nodes >= max_nodes:
+                        g.truncated = True
+                        continue
+                    new_nodes += 1
                 seen.add(c)
                 fresh.append(c)
             fetch(fresh)
@@ -737,7 +740,8 @@ def retry(queue: Queue, job_id: int, *, extra_attempts: int = 1) -> RetryResult:
 
     Everything happens in one transaction, with the rows it reads locked.
     """
-    if isinstance(extra_attempts, bool) or not isinstance(extra_attempts, int) or extra_attempts < 1:
+    if (isinstance(extra_attempts, bool) or not isinstance(extra_attempts, int)
+            or extra_attempts < 1):
         raise ValueError(f"extra_attempts must be an int >= 1, not {extra_attempts!r}")
     store = queue._store
     return store.write(lambda conn: _retry(queue, conn, job_id, extra_attempts),
@@ -794,7 +798,8 @@ def _retry(queue: Queue, conn: Connection, job_id: int, extra: int) -> RetryResu
                 kids += list(conn.execute(lock(sa.select(*cols).where(j.c.parent_id.in_(chunk)))))
             for k in kids:
                 info[int(k.id)] = k
-            roots += [int(k.id) for k in kids if not k.is_container and k.state in ("failed", "cancelled")]
+            roots += [int(k.id) for k in kids
+                      if not k.is_container and k.state in ("failed", "cancelled")]
             frontier = [int(k.id) for k in kids if k.is_container]
         if not roots:
             raise NotRetryable(
@@ -1016,7 +1021,8 @@ def prune(
     after each batch. The cutoff is taken once, from the database clock.
     """
     if older_than < 0 or not math.isfinite(older_than):
-        raise ValueError(f"older_than must be a finite, non-negative number of seconds, not {older_than!r}")
+        raise ValueError(
+            f"older_than must be a finite, non-negative number of seconds, not {older_than!r}")
     if batch_size < 1:
         raise ValueError(f"batch_size must be >= 1, not {batch_size!r}")
     store = queue._store

@@ -401,7 +401,10 @@ def cmd_worker(args: argparse.Namespace) -> int:
     return 0
 
 
-def render_status(st: Any, database: str, prefix: str) -> Any:
+def render_status(st: Any, database: str, prefix: str, *, max_rows: int | None = None) -> Any:
+    """The status as rich renderables: one table of jobs per group and state (with an
+    ``all`` row), the oldest runnable job, and the workers holding leases. ``max_rows``
+    caps the group and worker rows (for ``top``)."""
     from rich.console import Group
     from rich.table import Table
 
@@ -411,22 +414,25 @@ def render_status(st: Any, database: str, prefix: str) -> Any:
         f"readyq on {database} (prefix {prefix}) at {iso(st.now)} (database clock): "
         f"{st.total} jobs, {st.in_flight} in flight, {st.runnable} runnable now"
         + (f", {st.deferred} ready but deferred" if st.deferred else ""), "bold")]
-    states = Table(title="Jobs per state", title_justify="left")
-    states.add_column("state")
-    states.add_column("jobs", justify="right")
-    for s in STATE_ORDER:
-        n = st.states.get(s, 0)
-        states.add_row(_state(s), _text(n, "" if n else "bright_black"))
-    parts.append(states)
-    if st.groups:
-        present = [s for s in STATE_ORDER if any(s in g for g in st.groups.values())]
-        groups = Table(title="Jobs per group", title_justify="left")
-        groups.add_column("group")
-        for s in present:
-            groups.add_column(_state(s), justify="right")
-        for name, counts in st.groups.items():
-            groups.add_row(_text(name), *[_text(counts.get(s, 0)) for s in present])
-        parts.append(groups)
+    present = [s for s in STATE_ORDER if st.states.get(s)]
+    table = Table(title="Jobs per group and state", title_justify="left")
+    table.add_column("group")
+    for s in present:
+        table.add_column(_state(s), justify="right")
+    table.add_column("total", justify="right")
+    groups = sorted(st.groups.items(), key=lambda kv: (-sum(kv[1].values()), kv[0]))
+    hidden = 0
+    if max_rows is not None and len(groups) > max_rows:
+        hidden, groups = len(groups) - max_rows, groups[:max_rows]
+    for name, counts in sorted(groups):
+        table.add_row(_text(name), *[_text(counts.get(s, 0) or "") for s in present],
+                      _text(sum(counts.values())))
+    if hidden:
+        table.add_row(_text(f"... {hidden} more groups", "bright_black"))
+    table.add_section()
+    table.add_row(_text("all", "bold"), *[_text(st.states.get(s, 0), "bold") for s in present],
+                  _text(st.total, "bold"))
+    parts.append(table)
     oldest = st.oldest_ready
     parts.append(_text(
         "oldest runnable job: none" if oldest is None else
@@ -437,10 +443,13 @@ def render_status(st: Any, database: str, prefix: str) -> Any:
         for col, just in (("worker", "left"), ("leased", "right"), ("running", "right"),
                           ("last heartbeat", "right"), ("lease", "left")):
             workers.add_column(col, justify=just)  # type: ignore[arg-type]
-        for w in st.workers:
+        shown = st.workers if max_rows is None else st.workers[:max_rows]
+        for w in shown:
             workers.add_row(_text(w.owner), _text(w.leased), _text(w.running),
                             _text(f"{_ago(w.heartbeat_age)} ago"),
                             _text("expired", "bold red") if w.expired else _text("live", "green"))
+        if len(shown) < len(st.workers):
+            workers.add_row(_text(f"... {len(st.workers) - len(shown)} more", "bright_black"))
         parts.append(workers)
     else:
         parts.append(_text("workers holding leases: none"))
@@ -710,13 +719,15 @@ def cmd_top(args: argparse.Namespace) -> int:
     console = _console()
     try:
         def frame() -> Any:
-            return render_status(admin.status(queue), queue.database, queue.prefix)
+            rows = max(3, (console.height - 14) // 2)
+            return render_status(admin.status(queue), queue.database, queue.prefix,
+                                 max_rows=rows)
 
         first = frame()
         if args.once:
             console.print(first)
             return 0
-        with Live(first, console=console, auto_refresh=False) as live:
+        with Live(first, console=console, auto_refresh=False, screen=True) as live:
             try:
                 while True:
                     time.sleep(args.interval)

@@ -16,6 +16,8 @@ from sqlalchemy.orm import Session
 from readyq.dialects import dialect_class
 from readyq.errors import (
     ConfigurationError,
+    DependencyNotFound,
+    InvalidParent,
     InvalidJobOption,
     InvalidWeight,
     QueueClosed,
@@ -26,7 +28,8 @@ from readyq.model import Job, JobInfo
 from readyq.payload import DEFAULT_MAX_PAYLOAD_BYTES, encode
 from readyq.planning.backoff import DEFAULT_RETRY_BASE, DEFAULT_RETRY_MAX
 from readyq.schema import DEFAULT_PREFIX, validate_prefix
-from readyq.store import NewJob, Store
+from readyq.planning.dag import insertion_order
+from readyq.store import BatchJob, NewJob, Store
 
 DEFAULT_URL = "sqlite:///readyq.db"
 DEFAULT_MAX_ATTEMPTS = 3
@@ -34,8 +37,32 @@ DEFAULT_GROUP = "default"
 MAX_KEY_CHARS = 200
 MAX_WEIGHT = 1_000_000
 MAX_PRIORITY = 1_000_000
+MAX_BATCH = 100_000
 
 F = TypeVar("F", bound=Callable[..., Any])
+
+
+@dataclass(frozen=True)
+class JobSpec:
+    """One job of a batch for :meth:`Queue.enqueue_many`.
+
+    ``depends_on`` and ``parent`` take ids of existing jobs (ints) or the ``key`` of
+    another job of the same batch (strings), before or after it in the batch.
+    ``container=True`` makes a container (see :meth:`Queue.enqueue_container`).
+    """
+
+    type: str
+    args: Any = None
+    key: str | None = None
+    group: str = "default"
+    weight: int = 1
+    priority: int = 0
+    depends_on: Sequence[int | str] = ()
+    parent: int | str | None = None
+    run_after: datetime | timedelta | float | None = None
+    max_attempts: int | None = None
+    timeout: float | timedelta | None = None
+    container: bool = False
 
 
 @dataclass(frozen=True)
@@ -357,6 +384,82 @@ class Queue:
         )
         return self._store.enqueue(job, connection=self._connection(connection))
 
+    def enqueue_many(
+        self,
+        jobs: Iterable[JobSpec],
+        *,
+        connection: Connection | Session | None = None,
+    ) -> list[int]:
+        """Add a whole batch, a DAG included, in one transaction; return ids in order.
+
+        Jobs refer to each other by ``key`` (forward references allowed) and to existing
+        jobs by id. The batch is checked whole before anything is written: unknown keys,
+        duplicate keys, dependency cycles (including a job depending on its own
+        container) and every single-job check raise a specific :class:`InvalidJob` and
+        leave the database unchanged.
+
+        Example::
+
+            ids = queue.enqueue_many([
+                readyq.JobSpec("report", depends_on=["fetch"]),
+                readyq.JobSpec("fetch", {"url": "..."}, key="fetch"),
+            ])
+        """
+        specs = list(jobs)
+        if len(specs) > MAX_BATCH:
+            raise InvalidJobOption(f"a batch holds at most {MAX_BATCH} jobs, not {len(specs)}")
+        keys: dict[str, int] = {}
+        for pos, spec in enumerate(specs):
+            if not isinstance(spec, JobSpec):
+                raise InvalidJobOption(f"enqueue_many takes JobSpec items, not {spec!r}")
+            if spec.key is not None:
+                _key(spec.key, "key")
+                if spec.key in keys:
+                    raise InvalidJobOption(f"key {spec.key!r} is used twice in the batch")
+                keys[spec.key] = pos
+
+        def ref(value: Any, what: str) -> int:
+            if isinstance(value, str):
+                if value not in keys:
+                    raise DependencyNotFound(f"{what} names key {value!r}, which is not in the batch")
+                return keys[value]
+            return -1
+
+        deps_in: dict[int, list[int]] = {}
+        parent_in: dict[int, int | None] = {}
+        built: list[NewJob] = []
+        for pos, spec in enumerate(specs):
+            if isinstance(spec.depends_on, (str, bytes, int)):
+                raise InvalidJobOption("depends_on must be a list of job ids or keys")
+            deps_in[pos] = [ref(d, "depends_on") for d in spec.depends_on if isinstance(d, str)]
+            outer_deps = [d for d in spec.depends_on if not isinstance(d, str)]
+            parent_in[pos] = ref(spec.parent, "parent") if isinstance(spec.parent, str) else None
+            outer_parent = None if isinstance(spec.parent, str) else spec.parent
+            if parent_in[pos] is not None and not specs[parent_in[pos]].container:  # type: ignore[index]
+                raise InvalidParent(f"parent {spec.parent!r} is not a container")
+            built.append(
+                self._build(
+                    spec.type, spec.args, group=spec.group, weight=spec.weight,
+                    priority=0 if spec.container else spec.priority, depends_on=outer_deps,
+                    parent=outer_parent, run_after=None if spec.container else spec.run_after,
+                    max_attempts=1 if spec.container else spec.max_attempts,
+                    timeout=None if spec.container else spec.timeout,
+                    is_container=spec.container,
+                )
+            )
+        order = insertion_order(deps_in, parent_in, len(specs))
+        where = {pos: i for i, pos in enumerate(order)}
+        batch = [
+            BatchJob(
+                job=built[pos],
+                deps_in_batch=tuple(sorted({where[d] for d in deps_in[pos]})),
+                parent_in_batch=None if parent_in[pos] is None else where[parent_in[pos]],  # type: ignore[index]
+            )
+            for pos in order
+        ]
+        ids = self._store.enqueue_many(batch, connection=self._connection(connection))
+        return [ids[where[pos]] for pos in range(len(specs))]
+
     # -- inspect and control ---------------------------------------------------------------------
 
     def get(self, job_id: int) -> JobInfo:
@@ -391,6 +494,7 @@ class Queue:
         poll_interval: float | timedelta = 1.0,
         types: Sequence[str] | None = None,
         worker_id: str | None = None,
+        max_running: int | None = None,
     ) -> Any:
         """Build a :class:`readyq.Worker` over this queue's handlers (see run_worker)."""
         from readyq.worker import Worker
@@ -404,6 +508,7 @@ class Queue:
             poll_interval=poll_interval,
             types=types,
             worker_id=worker_id,
+            max_running=max_running,
         )
 
     def run_worker(
@@ -416,6 +521,7 @@ class Queue:
         until_idle: bool = False,
         types: Sequence[str] | None = None,
         worker_id: str | None = None,
+        max_running: int | None = None,
     ) -> Any:
         """Run jobs until stopped (or, with ``until_idle``, until none is left to run).
 
@@ -429,6 +535,9 @@ class Queue:
             poll_interval: longest wait between two looks for runnable jobs.
             until_idle: return once every job of the worker's types has ended.
             types: job types this worker runs (default: every registered handler).
+            max_running: most jobs this process runs at once (default: the whole cap).
+                The cap is global, so without it one process may take every slot; set it
+                to spread work over processes or hosts.
 
         Returns the worker's :class:`readyq.WorkerStats`.
         """
@@ -439,4 +548,5 @@ class Queue:
             poll_interval=poll_interval,
             types=types,
             worker_id=worker_id,
+            max_running=max_running,
         ).run(until_idle=until_idle)

@@ -49,6 +49,18 @@ log = logging.getLogger("readyq.store")
 T = TypeVar("T")
 
 MAX_ERROR_CHARS = 8000
+# Columns a batch insert binds per row, and the ones every new job starts with.
+BULK_COLUMNS = (
+    "type", "args", "state", "error", "is_container", "parent_id", "group_key", "weight",
+    "priority", "max_attempts", "timeout", "pending_deps", "open_children",
+)
+BULK_CONSTANTS: dict[str, Any] = {
+    "attempts": 0,
+    "failed_children": 0,
+    "cancel_requested": False,
+    "retry_on_timeout": True,
+    "lease_token": 0,
+}
 DEFAULT_TX_RETRIES = 12
 GATE_ID = 1
 
@@ -69,6 +81,19 @@ class NewJob:
     depends_on: tuple[int, ...] = ()
     parent: int | None = None
     is_container: bool = False
+
+
+@dataclass(frozen=True)
+class BatchJob:
+    """A job of a batch: ``job`` plus references to other jobs of the same batch.
+
+    ``deps_in_batch`` and ``parent_in_batch`` are positions in the batch; the batch is
+    ordered so that they always point to earlier positions.
+    """
+
+    job: NewJob
+    deps_in_batch: tuple[int, ...] = ()
+    parent_in_batch: int | None = None
 
 
 @dataclass(frozen=True)
@@ -274,6 +299,219 @@ class Store:
             idempotent=False,
             what="enqueue",
         )
+
+    def enqueue_many(
+        self, batch: Sequence[BatchJob], *, connection: Connection | None = None
+    ) -> list[int]:
+        """Insert a batch in one transaction; returns the ids by batch position."""
+        if not batch:
+            return []
+        return self.write(
+            lambda conn: self._insert_batch(conn, batch),
+            connection=connection,
+            idempotent=False,
+            what="enqueue_many",
+        )
+
+    def _insert_batch(self, conn: Connection, batch: Sequence[BatchJob]) -> list[int]:
+        t = self.tables
+        j = t.jobs
+        d = self.dialect
+        now = self.now()
+        size = len(batch)
+        # Existing jobs the batch refers to: lock containers first, then dependencies,
+        # each in id order, as single enqueues do.
+        outer_parents = sorted({b.job.parent for b in batch if b.job.parent is not None})
+        # outside container -> (its chain of containers, the dependencies they pass down)
+        inherited: dict[int, tuple[set[int], set[int]]] = {}
+        if outer_parents:
+            rows = conn.execute(
+                d.lock_rows(
+                    sa.select(j.c.id, j.c.is_container, j.c.state)
+                    .where(j.c.id.in_(outer_parents))
+                    .order_by(j.c.id)
+                )
+            ).all()
+            found = {int(r.id): r for r in rows}
+            for pid in outer_parents:
+                r = found.get(pid)
+                if r is None:
+                    raise InvalidParent(f"parent job {pid} does not exist")
+                if not r.is_container:
+                    raise InvalidParent(f"job {pid} is not a container")
+                if r.state != JobState.ACTIVE.value:
+                    raise InvalidParent(f"container {pid} has already finished ({r.state})")
+                chain = self._ancestors(conn, pid)
+                passed = {
+                    int(x)
+                    for x in conn.execute(
+                        sa.select(t.deps.c.depends_on_id).where(t.deps.c.job_id.in_(chain))
+                    ).scalars()
+                }
+                inherited[pid] = (set(chain), passed)
+        # Effective outside dependencies per position (a container's apply to its children).
+        outer: list[set[int]] = []
+        outer_chain: list[set[int]] = []
+        for b in batch:
+            deps = set(b.job.depends_on)
+            chain: set[int] = set()
+            if b.job.parent is not None:
+                chain, passed = inherited[b.job.parent]
+                deps |= passed
+            elif b.parent_in_batch is not None:
+                chain = outer_chain[b.parent_in_batch]
+                deps |= outer[b.parent_in_batch]
+            looped = set(b.job.depends_on) & chain
+            if looped:
+                raise DependencyCycle(
+                    f"a job cannot depend on its own container {min(looped)}: "
+                    "the container only finishes after the job"
+                )
+            outer.append(deps)
+            outer_chain.append(chain)
+        wanted = sorted(set().union(*outer))
+        states: dict[int, str] = {}
+        if wanted:
+            rows = conn.execute(
+                d.lock_rows(
+                    sa.select(j.c.id, j.c.state).where(j.c.id.in_(wanted)).order_by(j.c.id)
+                )
+            ).all()
+            states = {int(r.id): r.state for r in rows}
+            missing = sorted(set(wanted) - states.keys())
+            if missing:
+                raise DependencyNotFound(
+                    f"depends_on names job(s) that do not exist: {', '.join(map(str, missing))}"
+                )
+        # Born states, in batch order (references point backwards).
+        inner: list[set[int]] = []
+        born: list[tuple[JobState, int, str | None]] = []
+        for pos, b in enumerate(batch):
+            deps_in = set(b.deps_in_batch)
+            if b.parent_in_batch is not None:
+                deps_in |= inner[b.parent_in_batch]
+            inner.append(deps_in)
+            bad_out = sorted(x for x in outer[pos] if states[x] in BAD_ENDS)
+            bad_in = sorted(x for x in deps_in if born[x][0] is JobState.UPSTREAM_FAILED)
+            pending = sum(1 for x in outer[pos] if states[x] != JobState.DONE.value)
+            pending += len(deps_in)
+            error = None
+            if b.job.is_container:
+                state = JobState.ACTIVE
+            elif bad_out:
+                state, error = JobState.UPSTREAM_FAILED, f"dependency {bad_out[0]} ended {states[bad_out[0]]}"
+            elif bad_in:
+                state, error = JobState.UPSTREAM_FAILED, f"dependency #{bad_in[0]} of the batch ended upstream_failed"
+            elif pending:
+                state = JobState.WAITING
+            else:
+                state = JobState.READY
+            born.append((state, pending, error))
+        children = Counter(b.parent_in_batch for b in batch if b.parent_in_batch is not None)
+        # Insert in waves: a container's row before its children's.
+        depth = [0] * size
+        for pos, b in enumerate(batch):
+            if b.parent_in_batch is not None:
+                depth[pos] = depth[b.parent_in_batch] + 1
+        ids: list[int] = [0] * size
+        for wave in range(max(depth) + 1):
+            positions = [pos for pos in range(size) if depth[pos] == wave]
+            rows_values = []
+            for pos in positions:
+                b = batch[pos]
+                state, pending, error = born[pos]
+                parent_id = (
+                    ids[b.parent_in_batch] if b.parent_in_batch is not None else b.job.parent
+                )
+                rows_values.append(
+                    self._row_values(b.job, state, pending, error, parent_id, children[pos])
+                )
+            new_ids = self._insert_rows(conn, rows_values, now)
+            for pos, new_id in zip(positions, new_ids):
+                ids[pos] = new_id
+        edges = [
+            {"job_id": ids[pos], "depends_on_id": dep}
+            for pos in range(size)
+            for dep in sorted(outer[pos] | {ids[x] for x in inner[pos]})
+        ]
+        if edges:
+            d.insert_edges(conn, t, edges)
+        for pid, n in Counter(b.job.parent for b in batch if b.job.parent is not None).items():
+            conn.execute(
+                sa.update(j)
+                .where(j.c.id == pid)
+                .values(open_children=j.c.open_children + n, updated_at=now)
+            )
+        born_bad = [
+            (ids[pos], JobState.UPSTREAM_FAILED.value,
+             ids[b.parent_in_batch] if b.parent_in_batch is not None else b.job.parent)
+            for pos, b in enumerate(batch)
+            if born[pos][0] is JobState.UPSTREAM_FAILED
+        ]
+        if born_bad:
+            self._propagate(conn, born_bad)
+        return ids
+
+    @staticmethod
+    def _row_values(
+        job: NewJob,
+        state: JobState,
+        pending: int,
+        error: str | None,
+        parent_id: int | None,
+        open_children: int,
+    ) -> dict[str, Any]:
+        return {
+            "type": job.type,
+            "args": job.args_json,
+            "state": state.value,
+            "error": error,
+            "is_container": job.is_container,
+            "parent_id": parent_id,
+            "group_key": job.group,
+            "weight": job.weight,
+            "priority": job.priority,
+            "max_attempts": job.max_attempts,
+            "timeout": job.timeout,
+            "pending_deps": pending,
+            "open_children": open_children,
+            "run_after_at": job.run_after_at,
+            "run_after_delay": job.run_after_delay,
+            "finished_offset": 0.0 if state is JobState.UPSTREAM_FAILED else None,
+        }
+
+    def _insert_rows(
+        self, conn: Connection, rows: list[dict[str, Any]], now: sa.ColumnElement[float]
+    ) -> list[int]:
+        """Insert rows and return their ids in order.
+
+        The dialect may do it its own way (PostgreSQL: ids from the sequence, then one
+        INSERT over arrays); otherwise one multi-row INSERT ... RETURNING per 1000 rows
+        where the database returns ids in order, else one INSERT per row.
+        """
+        ids = self.dialect.insert_jobs(conn, self.tables, rows, now)
+        if ids is not None:
+            return ids
+        j = self.tables.jobs
+        stmt = sa.insert(j).values(
+            {
+                **{c: sa.bindparam(c) for c in BULK_COLUMNS},
+                **BULK_CONSTANTS,
+                # Explicit casts: PostgreSQL cannot infer the type of a bare parameter.
+                "run_after": sa.func.coalesce(
+                    sa.cast(sa.bindparam("run_after_at"), sa.Double),
+                    now + sa.cast(sa.bindparam("run_after_delay"), sa.Double),
+                ),
+                "created_at": now,
+                "updated_at": now,
+                # 0 for jobs born terminal, NULL otherwise.
+                "finished_at": now + sa.cast(sa.bindparam("finished_offset"), sa.Double),
+            }
+        )
+        if conn.dialect.insert_executemany_returning_sort_by_parameter_order:
+            result = conn.execute(stmt.returning(j.c.id, sort_by_parameter_order=True), rows)
+            return [int(r[0]) for r in result]
+        return [int(conn.execute(stmt, row).inserted_primary_key[0]) for row in rows]
 
     def _ancestors(self, conn: Connection, parent: int) -> list[int]:
         j = self.tables.jobs

@@ -155,6 +155,7 @@ class Worker:
         poll_interval: float | timedelta,
         types: Any = None,
         worker_id: str | None = None,
+        max_running: int | None = None,
     ) -> None:
         self.queue = queue
         self.store = queue._store
@@ -162,6 +163,11 @@ class Worker:
         self.lease_ttl = _as_seconds(lease_ttl, "lease_ttl")
         self.heartbeat_interval = _as_seconds(heartbeat_interval, "heartbeat_interval")
         self.poll_interval = _as_seconds(poll_interval, "poll_interval")
+        if max_running is not None and (
+            isinstance(max_running, bool) or not isinstance(max_running, int) or max_running < 1
+        ):
+            raise ConfigurationError(f"max_running must be an int >= 1, not {max_running!r}")
+        self.max_running = max_running
         if self.heartbeat_interval * 2 > self.lease_ttl:
             raise ConfigurationError(
                 f"heartbeat_interval ({self.heartbeat_interval:g}s) must be at most half of "
@@ -288,13 +294,14 @@ class Worker:
         while self._inbox.outcomes:
             outcomes.append(self._inbox.outcomes.popleft())
         cap = 0 if self._stop.is_set() else current_cap(self.limits)
+        local = cap if self.max_running is None else min(cap, self.max_running)
         finishing = sum(
             1
             for o in outcomes
             if (e := self._running.get(o.job.id)) is not None
             and e.claimed.lease_token == o.job.lease_token
         )
-        free = max(0, cap - (len(self._running) - finishing))
+        free = max(0, local - (len(self._running) - finishing))
         try:
             applied, claimed = self.store.cycle(
                 self.worker_id,

@@ -85,6 +85,21 @@ class Dialect(ABC):
         """Exclusive row locks, skipping rows another transaction holds."""
         return stmt.with_for_update(skip_locked=True)
 
+    def insert_jobs(
+        self,
+        conn: Connection,
+        t: Tables,
+        rows: list[dict[str, Any]],
+        now: sa.ColumnElement[float],
+    ) -> list[int] | None:
+        """Insert new job rows in a way of this database's own, returning their ids in
+        order; None means: use the portable multi-row insert."""
+        return None
+
+    def insert_edges(self, conn: Connection, t: Tables, edges: list[dict[str, int]]) -> None:
+        """Insert dependency edges (``job_id``, ``depends_on_id``)."""
+        conn.execute(sa.insert(t.deps), edges)
+
     # -- lists of ids -------------------------------------------------------------------
 
     def ids_match(self, column: sa.ColumnElement[Any], ids: Sequence[int]) -> sa.ColumnElement[bool]:

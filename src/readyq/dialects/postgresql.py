@@ -76,6 +76,77 @@ class PostgresDialect(Dialect):
         ).table_valued("id", "token").render_derived(name="fence")
         return sa.tuple_(id_column, token_column).in_(sa.select(fence.c.id, fence.c.token))
 
+    def insert_jobs(
+        self,
+        conn: Connection,
+        t: Tables,
+        rows: list[dict[str, Any]],
+        now: sa.ColumnElement[float],
+    ) -> list[int] | None:
+        """Take the ids from the table's sequence, then insert every row with one
+        ``INSERT ... SELECT FROM unnest(arrays)``: a statement with one parameter per
+        column whatever the number of rows, where a multi-row VALUES list would bind
+        (and make the driver parse) one parameter per column and row."""
+        from readyq.store import BULK_COLUMNS, BULK_CONSTANTS
+
+        j = t.jobs
+        if len(rows) < 50:
+            return None
+        seq = sa.func.pg_get_serial_sequence(j.name, "id")
+        ids = [
+            int(x)
+            for x in conn.execute(
+                sa.select(sa.func.nextval(seq)).select_from(
+                    sa.func.generate_series(1, len(rows))
+                )
+            ).scalars()
+        ]
+        names = ("id", *BULK_COLUMNS, "run_after_at", "run_after_delay", "finished_offset")
+        types: dict[str, Any] = {
+            "id": sa.BigInteger, "type": sa.Text, "args": sa.Text, "state": sa.Text,
+            "error": sa.Text, "is_container": sa.Boolean, "parent_id": sa.BigInteger,
+            "group_key": sa.Text, "weight": sa.Integer, "priority": sa.Integer,
+            "max_attempts": sa.Integer, "timeout": sa.Double, "pending_deps": sa.Integer,
+            "open_children": sa.Integer, "run_after_at": sa.Double,
+            "run_after_delay": sa.Double, "finished_offset": sa.Double,
+        }
+        columns = {
+            name: [i for i in ids] if name == "id" else [r[name] for r in rows]
+            for name in names
+        }
+        src = sa.func.unnest(
+            *(sa.bindparam(None, columns[n], type_=ARRAY(types[n])) for n in names)
+        ).table_valued(*names).render_derived(name="src")
+        select = sa.select(
+            *(src.c[n] for n in ("id", *BULK_COLUMNS)),
+            *(sa.literal(v) for v in BULK_CONSTANTS.values()),
+            sa.func.coalesce(src.c.run_after_at, now + src.c.run_after_delay),
+            now,
+            now,
+            now + src.c.finished_offset,
+        )
+        target = [
+            "id", *BULK_COLUMNS, *BULK_CONSTANTS, "run_after", "created_at", "updated_at",
+            "finished_at",
+        ]
+        conn.execute(sa.insert(j).from_select(target, select))
+        return ids
+
+    def insert_edges(self, conn: Connection, t: Tables, edges: list[dict[str, int]]) -> None:
+        """One ``INSERT ... SELECT FROM unnest(:job_ids, :depends_on_ids)``."""
+        if len(edges) < 50:
+            super().insert_edges(conn, t, edges)
+            return
+        src = sa.func.unnest(
+            sa.bindparam(None, [e["job_id"] for e in edges], type_=ARRAY(sa.BigInteger)),
+            sa.bindparam(None, [e["depends_on_id"] for e in edges], type_=ARRAY(sa.BigInteger)),
+        ).table_valued("job_id", "depends_on_id").render_derived(name="src")
+        conn.execute(
+            sa.insert(t.deps).from_select(
+                ["job_id", "depends_on_id"], sa.select(src.c.job_id, src.c.depends_on_id)
+            )
+        )
+
     def now(self) -> sa.ColumnElement[float]:
         return sa.cast(sa.extract("epoch", sa.func.clock_timestamp()), sa.Double)
 

@@ -25,7 +25,7 @@ depends_on = None
 # Frozen copies of the column types in readyq.schema.
 Id = sa.BigInteger().with_variant(sa.Integer(), "sqlite")
 Payload = sa.Text().with_variant(mysql.LONGTEXT(), "mysql", "mariadb")
-Instant = sa.Double()
+Instant: sa.Double[float] = sa.Double()
 Key = sa.String(200).with_variant(
     mysql.VARCHAR(200, charset="utf8mb4", collation="utf8mb4_bin"), "mysql", "mariadb"
 )

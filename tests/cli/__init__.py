@@ -1,0 +1,1 @@
+"""Tests of the ``readyq`` command line, on every database."""

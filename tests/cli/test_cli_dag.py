@@ -1,0 +1,70 @@
+"""`readyq dag`: the graph around a job as a tree, Mermaid, DOT and JSON."""
+
+from __future__ import annotations
+
+import readyq
+
+from .support import Run
+
+
+def pipeline(queue: readyq.Queue) -> dict[str, int]:
+    """fetch -> parse -> batch(container: t1, t2) -> report; other is unrelated."""
+    ids: dict[str, int] = {}
+    ids["fetch"] = queue.enqueue("fetch", {})
+    ids["parse"] = queue.enqueue("parse", {}, depends_on=[ids["fetch"]])
+    ids["batch"] = queue.enqueue_container("batch", depends_on=[ids["parse"]])
+    ids["t1"] = queue.enqueue("transform", {}, parent=ids["batch"], group="tenant-a")
+    ids["t2"] = queue.enqueue("transform", {}, parent=ids["batch"], group="tenant-b")
+    ids["report"] = queue.enqueue("report", {}, depends_on=[ids["batch"]])
+    ids["other"] = queue.enqueue("other", {})
+    return ids
+
+
+def test_dag_formats_contain_the_edges(migrated: Run, mq: readyq.Queue) -> None:
+    cli = migrated
+    ids = pipeline(mq)
+    f, p, b, t1, t2, r = (ids[k] for k in ("fetch", "parse", "batch", "t1", "t2", "report"))
+
+    graph = cli("dag", str(b), "--json").json()
+    assert graph["root"] == b
+    assert {n["id"] for n in graph["nodes"]} == {f, p, b, t1, t2, r}
+    edges = {(e["from"], e["to"], e["kind"]) for e in graph["edges"]}
+    assert edges == {
+        (f, p, "depends"), (p, b, "depends"), (p, t1, "depends"), (p, t2, "depends"),
+        (b, r, "depends"), (b, t1, "contains"), (b, t2, "contains"),
+    }
+    assert set(graph["upstream"]) == {f, p, t1, t2} and graph["downstream"] == [r]
+    assert graph["truncated"] is False
+
+    mermaid = cli("dag", str(b), "--format", "mermaid")
+    assert mermaid.code == 0 and mermaid.out.startswith("flowchart TD\n")
+    for line in (f"j{f} --> j{p}", f"j{p} --> j{b}", f"j{b} --> j{r}",
+                 f"j{b} -. contains .-> j{t1}", f"j{b} -. contains .-> j{t2}",
+                 f'j{b}["#{b} batch (container)<br/>active"]', f"style j{b} stroke-width:3px"):
+        assert f"    {line}\n" in mermaid.out, line
+
+    dot = cli("dag", str(t1), "--format", "dot")
+    assert dot.code == 0 and dot.out.startswith("digraph readyq {")
+    for line in (f"j{f} -> j{p};", f"j{p} -> j{t1};", f"j{b} -> j{r};",
+                 f'j{b} -> j{t1} [style=dashed, label="contains"];'):
+        assert f"    {line}\n" in dot.out, line
+    assert f"j{ids['other']}" not in dot.out and f"j{t2} " not in dot.out
+    assert "penwidth=3" in dot.out.split(f"j{t1} [", 1)[1].split("\n", 1)[0]
+
+    tree = cli("dag", str(p))
+    assert tree.code == 0
+    lines = tree.out.splitlines()
+    assert lines[0].startswith(f"#{p} parse [waiting]")
+    for expected in ("needs (upstream)", f"#{f} fetch [ready]", "needed by (downstream)",
+                     f"#{b} batch (container) [active]", f"#{t1} transform [waiting]",
+                     f"in container #{b} batch", "(shown above)", f"#{r} report [waiting]"):
+        assert expected in tree.out, expected
+
+    alone = cli("dag", str(ids["other"]))
+    assert "no dependencies, dependents, container or children" in alone.out
+    cut = cli("dag", str(b), "--max-nodes", "2", "--json").json()
+    assert cut["truncated"] is True and len(cut["nodes"]) == 2
+    missing = cli("dag", "31337", "--format", "mermaid")
+    assert missing.one_line_error and missing.code == 1 and "no job with id 31337" in missing.err
+    too_big = cli("dag", str(b), "--max-nodes", "0")
+    assert too_big.one_line_error and too_big.code == 2

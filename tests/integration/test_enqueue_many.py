@@ -1,0 +1,124 @@
+"""Bulk enqueue of a whole DAG in one transaction."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+import sqlalchemy as sa
+
+import readyq
+from conftest import run_until_idle
+from readyq import JobSpec, JobState
+
+
+def _rows(queue: readyq.Queue) -> tuple[int, int]:
+    t = queue._store.tables
+    with queue.engine.connect() as conn:
+        jobs = conn.execute(sa.select(sa.func.count()).select_from(t.jobs)).scalar_one()
+        deps = conn.execute(sa.select(sa.func.count()).select_from(t.deps)).scalar_one()
+    return jobs, deps
+
+
+def test_a_dag_with_forward_references_runs_in_dependency_order(queue: readyq.Queue) -> None:
+    order: list[str] = []
+    lock = threading.Lock()
+
+    @queue.handler("step")
+    def step(job: readyq.Job) -> str:
+        with lock:
+            order.append(job.args)
+        return job.args
+
+    existing = queue.enqueue("step", "seed")
+    ids = queue.enqueue_many(
+        [
+            JobSpec("step", "report", depends_on=["batch", existing]),
+            JobSpec("batch", container=True, key="batch", depends_on=["fetch"]),
+            JobSpec("step", "t1", parent="batch", key="t1"),
+            JobSpec("step", "t2", parent="batch", depends_on=["t1"]),
+            JobSpec("step", "fetch", key="fetch"),
+        ]
+    )
+    assert len(ids) == 5 and len(set(ids)) == 5
+    assert queue.get(ids[0]).state is JobState.WAITING
+    assert queue.get(ids[1]).state is JobState.ACTIVE
+    assert set(queue.get(ids[0]).depends_on) == {existing, ids[1]}
+    # The container's dependency holds for its children.
+    assert ids[4] in queue.get(ids[2]).depends_on
+    run_until_idle(queue)
+    assert [queue.get(i).state for i in ids] == [JobState.DONE] * 5
+    assert order.index("fetch") < order.index("t1") < order.index("t2") < order.index("report")
+    assert order.index("seed") < order.index("report")
+
+
+@pytest.mark.parametrize(
+    ("specs", "error"),
+    [
+        ([JobSpec("a", key="x", depends_on=["y"]), JobSpec("a", key="y", depends_on=["x"])],
+         readyq.DependencyCycle),
+        ([JobSpec("a", key="x", depends_on=["x"])], readyq.DependencyCycle),
+        ([JobSpec("c", key="c", container=True), JobSpec("a", parent="c", depends_on=["c"])],
+         readyq.DependencyCycle),
+        ([JobSpec("a", depends_on=["nope"])], readyq.DependencyNotFound),
+        ([JobSpec("a", key="k"), JobSpec("a", key="k")], readyq.InvalidJobOption),
+        ([JobSpec("a", key="p"), JobSpec("a", parent="p")], readyq.InvalidParent),
+        ([JobSpec("a"), JobSpec("a", depends_on=[999_999])], readyq.DependencyNotFound),
+        ([JobSpec("a"), JobSpec("a", {"x": float("nan")})], readyq.PayloadNotJSON),
+        ([JobSpec("a"), JobSpec("a", weight=0)], readyq.InvalidWeight),
+    ],
+)
+def test_a_bad_batch_raises_its_error_and_writes_nothing(
+    queue: readyq.Queue, specs: list[JobSpec], error: type[Exception]
+) -> None:
+    queue.enqueue("a", {})
+    before = _rows(queue)
+    with pytest.raises(error):
+        queue.enqueue_many(specs)
+    assert _rows(queue) == before
+
+
+def test_a_batch_in_a_rolled_back_transaction_never_exists(queue: readyq.Queue) -> None:
+    with queue.engine.connect() as conn:
+        conn.begin()
+        ids = queue.enqueue_many(
+            [JobSpec("a", key="x"), JobSpec("a", depends_on=["x"])], connection=conn
+        )
+        conn.rollback()
+    with pytest.raises(readyq.JobNotFound):
+        queue.get(ids[0])
+    assert _rows(queue) == (0, 0)
+
+
+def test_a_batch_depending_on_a_failed_job_is_born_upstream_failed(queue: readyq.Queue) -> None:
+    @queue.handler("boom", max_attempts=1)
+    def boom(job: readyq.Job) -> None:
+        raise RuntimeError("no")
+
+    failed = queue.enqueue("boom")
+    run_until_idle(queue)
+    ids = queue.enqueue_many(
+        [
+            JobSpec("c", container=True, key="c"),
+            JobSpec("boom", key="x", depends_on=[failed], parent="c"),
+            JobSpec("boom", depends_on=["x"]),
+        ]
+    )
+    assert [queue.get(i).state for i in ids] == [
+        JobState.FAILED,
+        JobState.UPSTREAM_FAILED,
+        JobState.UPSTREAM_FAILED,
+    ]
+
+
+def test_a_large_batch_keeps_ids_in_the_given_order(queue: readyq.Queue) -> None:
+    specs = [
+        JobSpec("a", {"i": i}, key=f"k{i}", depends_on=[f"k{i + 1}"] if (i + 1) % 7 else [])
+        for i in range(700)
+    ]
+    ids = queue.enqueue_many(specs)
+    assert [queue.get(i).args for i in ids[:3]] == [{"i": 0}, {"i": 1}, {"i": 2}]
+    assert queue.get(ids[1]).depends_on == (ids[2],)
+    assert queue.get(ids[6]).state is JobState.READY
+    assert queue.get(ids[5]).state is JobState.WAITING
+    assert _rows(queue) == (700, 600)
