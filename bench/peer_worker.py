@@ -279,9 +279,72 @@ def _minimal_sqlite(cfg: dict) -> None:
     _report(done, cpu, executed - lost, commits)
 
 
+# ------------------------------------------------------------------------------ readyq
+
+
+def _readyq(cfg: dict) -> None:
+    import statistics
+
+    import sqlalchemy as sa
+
+    import readyq
+
+    queue = readyq.Queue(cfg["url"], prefix=cfg.get("prefix", "readyq_"))
+    executed = 0
+    lock = __import__("threading").Lock()
+
+    @queue.handler("noop")
+    def noop(job: readyq.Job) -> None:
+        nonlocal executed
+        with lock:
+            executed += 1
+
+    commits = 0
+
+    def count_commit(_conn: object) -> None:
+        nonlocal commits
+        commits += 1
+
+    sa.event.listen(queue.engine, "commit", count_commit)
+    store = queue._store
+    timings: list[float] = []
+    cycle = store.cycle
+
+    def timed_cycle(*args: object, **kwargs: object):  # type: ignore[no-untyped-def]
+        t = time.perf_counter()
+        try:
+            return cycle(*args, **kwargs)
+        finally:
+            timings.append(time.perf_counter() - t)
+
+    store.cycle = timed_cycle  # type: ignore[method-assign]
+    worker = queue.worker(
+        concurrency=cfg["cap"],
+        max_running=cfg.get("max_running"),
+        poll_interval=cfg.get("poll", 0.05),
+        lease_ttl=60,
+        heartbeat_interval=20,
+    )
+    with queue.engine.connect() as conn:  # connect and detect the dialect before GO
+        conn.exec_driver_sql("SELECT 1")
+    _wait_for_go()
+    cpu0 = _cpu()
+    worker.run(until_idle=True)
+    done = time.monotonic()
+    cpu = _cpu() - cpu0
+    if cfg.get("timings_file") and timings:
+        q = statistics.quantiles(timings, n=100) if len(timings) > 1 else timings * 99
+        with open(cfg["timings_file"], "w") as f:
+            json.dump({"p50": q[49], "p99": q[98], "cycles": len(timings)}, f)
+    queue.close()
+    _report(done, cpu, executed, commits)
+
+
 def main(argv: list[str]) -> None:
     kind, cfg = argv[1], json.loads(argv[2])
-    if kind == "pgqueuer":
+    if kind == "readyq":
+        _readyq(cfg)
+    elif kind == "pgqueuer":
         asyncio.run(_pgqueuer(cfg))
     elif kind == "procrastinate":
         asyncio.run(_procrastinate(cfg))

@@ -42,7 +42,7 @@ from readyq.payload import decode
 from readyq.planning.backoff import retry_delay
 from readyq.planning.fair_share import GroupDemand, account, plan_claims
 from readyq.schema import Tables, build_tables
-from readyq.sql.ready import runnable
+from readyq.sql.ready import claim_order, runnable
 
 log = logging.getLogger("readyq.store")
 
@@ -407,6 +407,16 @@ class Store:
             else:
                 state = JobState.READY
             born.append((state, pending, error))
+        if any(b.job.parent is not None or b.parent_in_batch is not None for b in batch):
+            self._refuse_wait_cycles(
+                conn,
+                [
+                    (set(), set(), b.job.parent, b.parent_in_batch)
+                    if born[pos][0] is JobState.UPSTREAM_FAILED
+                    else (outer[pos], inner[pos], b.job.parent, b.parent_in_batch)
+                    for pos, b in enumerate(batch)
+                ],
+            )
         children = Counter(b.parent_in_batch for b in batch if b.parent_in_batch is not None)
         # Insert in waves: a container's row before its children's.
         depth = [0] * size
@@ -513,6 +523,92 @@ class Store:
             return [int(r[0]) for r in result]
         return [int(conn.execute(stmt, row).inserted_primary_key[0]) for row in rows]
 
+    def _refuse_wait_cycles(
+        self, conn: Connection, new: Sequence[tuple[set[int], set[int], int | None, int | None]]
+    ) -> None:
+        """Raise DependencyCycle if a new job would wait for itself through a container.
+
+        ``new`` holds, per new job (by batch position): the existing jobs and the batch
+        positions it waits for, and its existing or in-batch container. A container ends
+        only after its children, so a child whose dependencies wait, directly or through
+        other jobs and containers, for one of its own containers never starts. Edges only
+        point from a new job to older ones, except container -> child, so such a cycle
+        always passes through a new child: the unfinished graph reachable from the new
+        jobs is loaded (its containers locked, so that two transactions cannot each close
+        half of a cycle unseen) and searched.
+        """
+        j, dt = self.tables.jobs, self.tables.deps
+        live = (*UNFINISHED_STATES, JobState.ACTIVE.value)
+        succ: dict[Any, set[Any]] = defaultdict(set)  # node -> nodes it waits for
+        for pos, (outer, inner, parent, parent_in) in enumerate(new):
+            succ[("new", pos)].update(outer, (("new", x) for x in inner))
+            if parent_in is not None:
+                succ[("new", parent_in)].add(("new", pos))
+            if parent is not None:
+                succ[parent].add(("new", pos))
+        # Without an existing container gaining a child, no path leads back into the batch.
+        frontier = (
+            set().union(*(outer for outer, _, _, _ in new))
+            if any(parent is not None for _, _, parent, _ in new)
+            else set()
+        )
+        seen: set[int] = set()
+        while frontier:
+            ids = sorted(frontier - seen)
+            seen.update(ids)
+            rows = conn.execute(
+                sa.select(j.c.id, j.c.is_container).where(j.c.id.in_(ids), j.c.state.in_(live))
+            ).all()
+            waiting = [int(r.id) for r in rows]
+            boxes = [int(r.id) for r in rows if r.is_container]
+            if boxes:
+                conn.execute(
+                    self.dialect.lock_rows(
+                        sa.select(j.c.id).where(j.c.id.in_(boxes)).order_by(j.c.id)
+                    )
+                ).all()
+            frontier = set()
+            if not waiting:
+                break
+            edges = conn.execute(
+                sa.select(dt.c.job_id, dt.c.depends_on_id).where(dt.c.job_id.in_(waiting))
+            ).all()
+            if boxes:
+                edges += conn.execute(
+                    sa.select(j.c.parent_id, j.c.id).where(
+                        j.c.parent_id.in_(boxes), j.c.state.in_(live)
+                    )
+                ).all()
+            for a, b in edges:
+                succ[int(a)].add(int(b))
+                if int(b) not in seen:
+                    frontier.add(int(b))
+        # Depth-first search for a cycle from the new jobs.
+        color: dict[Any, int] = {}
+        for pos in range(len(new)):
+            root = ("new", pos)
+            if root in color:
+                continue
+            color[root] = 1
+            path = [root]
+            stack = [iter(sorted(succ.get(root, ()), key=str))]
+            while stack:
+                nxt = next(stack[-1], None)
+                if nxt is None:
+                    color[path.pop()] = 2
+                    stack.pop()
+                elif color.get(nxt) == 1:
+                    loop = [*path[path.index(nxt):], nxt]
+                    names = [f"new job #{x[1]}" if isinstance(x, tuple) else str(x) for x in loop]
+                    raise DependencyCycle(
+                        "dependency cycle through a container (a container only ends after "
+                        "its children): " + " waits for ".join(names)
+                    )
+                elif nxt not in color:
+                    color[nxt] = 1
+                    path.append(nxt)
+                    stack.append(iter(sorted(succ.get(nxt, ()), key=str)))
+
     def _ancestors(self, conn: Connection, parent: int) -> list[int]:
         j = self.tables.jobs
         chain = [parent]
@@ -577,6 +673,8 @@ class Store:
                 )
         bad = sorted(dep for dep, state in states.items() if state in BAD_ENDS)
         pending = sum(1 for state in states.values() if state != JobState.DONE.value)
+        if job.parent is not None and deps and not bad:
+            self._refuse_wait_cycles(conn, [(deps, set(), job.parent, None)])
         if job.is_container:
             state = JobState.ACTIVE
         elif bad:
@@ -831,31 +929,32 @@ class Store:
         if gate is None:
             raise SchemaNotFound("the readyq gate row is missing: call Queue.create_schema()")
         now = self.now()
-        # One pass over in-flight and ready rows (a range on the state-led indexes): how
-        # many each group has in flight and runnable, and its weight.
-        flying = j.c.state.in_(IN_FLIGHT_STATES)
-        can_run = runnable(t, now, types=types)
-        rows = conn.execute(
-            sa.select(
-                j.c.group_key,
-                sa.func.sum(sa.case((flying, 1), else_=0)).label("n_flight"),
-                sa.func.max(sa.case((flying, j.c.weight), else_=0)).label("w_flight"),
-                sa.func.sum(sa.case((can_run, 1), else_=0)).label("n_ready"),
-                sa.func.max(sa.case((can_run, j.c.weight), else_=0)).label("w_ready"),
+        # In flight per group: a range of the state index, bounded by the cap.
+        flight = {
+            r.group_key: (int(r.n), int(r.w))
+            for r in conn.execute(
+                sa.select(
+                    j.c.group_key,
+                    sa.func.count().label("n"),
+                    sa.func.max(j.c.weight).label("w"),
+                )
+                .where(j.c.state.in_(IN_FLIGHT_STATES))
+                .group_by(j.c.group_key)
             )
-            .where(
-                j.c.state.in_((*IN_FLIGHT_STATES, "ready")),
-                sa.or_(j.c.state != "ready", can_run),
-            )
-            .group_by(j.c.group_key)
-        ).all()
-        total_in_flight = sum(int(r.n_flight) for r in rows)
-        if cap - total_in_flight <= 0 or not any(int(r.n_ready) for r in rows):
+        }
+        total_in_flight = sum(n for n, _ in flight.values())
+        if cap - total_in_flight <= 0:
             return []
-        if len(rows) == 1:
+        # Runnable jobs per group, counted only up to the cap, for the groups a skip scan
+        # of the ready index finds: the cost follows the number of groups, not the
+        # backlog.
+        ready = self._runnable_counts(conn, d.ready_groups(conn, t), now, types, cap)
+        if not ready:
+            return []
+        if len(set(ready) | set(flight)) == 1:
             # One group alone has nothing to share with: claim for it directly and leave
             # the fair-share clocks as they are (a group that joins later starts level).
-            key = rows[0].group_key
+            (key,) = ready
             limit = min(limit, cap - total_in_flight)
             return d.claim(
                 conn,
@@ -863,20 +962,21 @@ class Store:
                 ClaimRequest(owner=owner, group=key, limit=limit, ttl=ttl, types=types),
                 now,
             )
-        wanted = sorted(r.group_key for r in rows if int(r.n_ready))
         history = {
             r.group_key: r
-            for r in conn.execute(sa.select(g).where(g.c.group_key.in_(wanted)))
+            for r in conn.execute(sa.select(g).where(g.c.group_key.in_(sorted(ready))))
         }
         demands = []
-        for r in sorted(rows, key=lambda r: r.group_key):
-            hist = history.get(r.group_key)
+        for key in sorted(set(ready) | set(flight)):
+            n_ready, w_ready = ready.get(key, (0, 0))
+            n_flight, w_flight = flight.get(key, (0, 0))
+            hist = history.get(key)
             demands.append(
                 GroupDemand(
-                    key=r.group_key,
-                    weight=max(int(r.w_ready or 0), int(r.w_flight or 0), 1),
-                    in_flight=int(r.n_flight),
-                    runnable=int(r.n_ready),
+                    key=key,
+                    weight=max(w_ready, w_flight, 1),
+                    in_flight=n_flight,
+                    runnable=n_ready,
                     vfinish=None if hist is None else float(hist.vfinish),
                     served_seq=0 if hist is None else int(hist.served_seq),
                 )
@@ -909,6 +1009,40 @@ class Store:
             .values(vclock=progress.vclock, seq=progress.seq)
         )
         return claimed
+
+    def _runnable_counts(
+        self,
+        conn: Connection,
+        groups: Sequence[str],
+        now: sa.ColumnElement[float],
+        types: Sequence[str] | None,
+        cap: int,
+    ) -> dict[str, tuple[int, int]]:
+        """group -> (runnable jobs counted up to ``cap``, their largest weight)."""
+        j = self.tables.jobs
+        out: dict[str, tuple[int, int]] = {}
+        for start in range(0, len(groups), 100):
+            parts = []
+            for key in groups[start : start + 100]:
+                head = (
+                    sa.select(j.c.weight)
+                    .where(runnable(self.tables, now, group=key, types=types))
+                    .order_by(*claim_order(self.tables))
+                    .limit(cap)
+                    .subquery()
+                )
+                parts.append(
+                    sa.select(
+                        sa.literal(key, type_=j.c.group_key.type).label("group_key"),
+                        sa.func.count().label("n"),
+                        sa.func.max(head.c.weight).label("w"),
+                    ).select_from(head)
+                )
+            stmt = parts[0] if len(parts) == 1 else sa.union_all(*parts)
+            for r in conn.execute(stmt):
+                if int(r.n):
+                    out[r.group_key] = (int(r.n), int(r.w))
+        return out
 
     # -- fenced writes ------------------------------------------------------------------
 

@@ -100,6 +100,26 @@ class Dialect(ABC):
         """Insert dependency edges (``job_id``, ``depends_on_id``)."""
         conn.execute(sa.insert(t.deps), edges)
 
+    def ready_groups(self, conn: Connection, t: Tables) -> list[str]:
+        """The distinct groups that have ready rows, by a skip scan of the ready index.
+
+        A recursive query steps from one group to the next, each step one index probe,
+        so the cost follows the number of groups rather than the number of ready jobs.
+        """
+        j = t.jobs
+        walk = (
+            sa.select(sa.func.min(j.c.group_key).label("k"))
+            .where(j.c.state == "ready")
+            .cte("ready_groups", recursive=True)
+        )
+        step = sa.select(
+            sa.select(sa.func.min(j.c.group_key))
+            .where(j.c.state == "ready", j.c.group_key > walk.c.k)
+            .scalar_subquery()
+        ).where(walk.c.k.is_not(None))
+        walk = walk.union_all(step)
+        return list(conn.execute(sa.select(walk.c.k).where(walk.c.k.is_not(None))).scalars())
+
     # -- lists of ids -------------------------------------------------------------------
 
     def ids_match(self, column: sa.ColumnElement[Any], ids: Sequence[int]) -> sa.ColumnElement[bool]:

@@ -99,6 +99,23 @@ class MySQLDialect(Dialect):
         args = getattr(orig, "args", ())
         return args[0] if args and isinstance(args[0], int) else None
 
+    def ready_groups(self, conn: Connection, t: Tables) -> list[str]:
+        """The skip scan as a loop of ``ORDER BY group_key LIMIT 1`` probes.
+
+        Inside a recursive CTE MariaDB probes the index by ``state`` alone and filters
+        ``group_key > k`` row by row; a plain query uses the (state, group_key) range.
+        """
+        j = t.jobs
+        keys: list[str] = []
+        while True:
+            stmt = sa.select(j.c.group_key).where(j.c.state == "ready")
+            if keys:
+                stmt = stmt.where(j.c.group_key > keys[-1])
+            key = conn.execute(stmt.order_by(j.c.state, j.c.group_key).limit(1)).scalar()
+            if key is None:
+                return keys
+            keys.append(key)
+
     def now(self) -> sa.ColumnElement[float]:
         # UNIX_TIMESTAMP() without an argument does not depend on the session time zone;
         # NOW(6) adds the microseconds of the same statement-start instant.

@@ -1,0 +1,415 @@
+"""readyq's benchmark: throughput against its peers, scan flatness, enqueue and memory.
+
+    python bench/run.py                 # everything, about 10 minutes on 2 cores
+    python bench/run.py --quick         # fewer jobs and one run per configuration
+
+One table per run, every figure measured in the same run on the same machine, since
+the machine is shared and noisy: compare the ratios, not the absolute numbers.
+
+* Throughput: 10,000 no-op jobs, 1 and 2 worker processes, median of ``--repeat`` runs.
+  readyq runs with every guarantee on (result and done in one transaction per batch,
+  fenced writes, the global cap, fair share between 4 weighted groups, dependencies
+  checked) at default durability. Worker processes start and connect before the clock
+  starts (see ``bench/peer_worker.py``). Peers: PGQueuer and Procrastinate when
+  installed (``pip install readyq[bench]``), and a minimal correct claim/finish loop per
+  database written straight against the driver.
+* Claim latency: p50/p99 of one worker transaction (record outcomes + claim + start).
+* Scan flatness: median time of one claim transaction on an empty table, then with
+  ``--done-rows`` finished jobs and ``--waiting-rows`` jobs waiting on an unfinished
+  upstream job.
+* Enqueue: ``enqueue_many`` of 20,000 jobs with dependencies (one transaction) and
+  single ``enqueue`` calls.
+* Memory: a worker's RSS growth while it runs ``--memory-jobs`` jobs (SQLite).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import sqlalchemy as sa
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import peers  # noqa: E402
+
+import readyq  # noqa: E402
+from readyq import JobSpec  # noqa: E402
+
+DEFAULT_PG = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
+DEFAULT_MARIADB = "mysql+pymysql://root@127.0.0.1:3306/test"
+GROUPS = {"tenant-a": 3, "tenant-b": 2, "tenant-c": 1, "tenant-d": 1}
+
+
+# -- databases -------------------------------------------------------------------------
+
+
+def fresh_database(kind: str, base_url: str, name: str) -> str:
+    """A URL to an empty database for one run."""
+    if kind == "sqlite":
+        path = Path(tempfile.mkdtemp(prefix="readyq-bench-")) / f"{name}.db"
+        return f"sqlite:///{path}"
+    admin = sa.create_engine(base_url, isolation_level="AUTOCOMMIT", poolclass=sa.NullPool)
+    with admin.connect() as conn:
+        if kind == "postgresql":
+            conn.exec_driver_sql(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+        else:
+            conn.exec_driver_sql(f"DROP DATABASE IF EXISTS {name}")
+        conn.exec_driver_sql(f"CREATE DATABASE {name}")
+    admin.dispose()
+    return sa.make_url(base_url).set(database=name).render_as_string(hide_password=False)
+
+
+def fill_noop(queue: readyq.Queue, jobs: int) -> None:
+    specs = [
+        JobSpec("noop", {"i": i}, group=g, weight=GROUPS[g])
+        for i, g in zip(range(jobs), list(GROUPS) * (jobs // len(GROUPS) + 1))
+    ]
+    for start in range(0, jobs, 20_000):
+        queue.enqueue_many(specs[start : start + 20_000])
+
+
+# -- throughput --------------------------------------------------------------------------
+
+
+@dataclass
+class Row:
+    system: str
+    database: str
+    processes: int
+    jobs: int
+    jobs_per_s: float
+    cpu_us_per_job: float
+    commits_per_job: float | None
+    p50_ms: float | None = None
+    p99_ms: float | None = None
+
+
+def run_readyq(kind: str, base_url: str, jobs: int, processes: int, cap: int) -> Row:
+    url = fresh_database(kind, base_url, "bench_readyq")
+    queue = readyq.Queue(url)
+    queue.create_schema()
+
+    @queue.handler("noop")
+    def noop(job: readyq.Job) -> None:
+        return None
+
+    fill_noop(queue, jobs)
+    queue.close()
+    timing_files = [tempfile.mktemp(prefix="readyq-timing-") for _ in range(processes)]
+    configs = [
+        {
+            "url": url,
+            "cap": cap * processes,
+            "max_running": cap,
+            "timings_file": timing_files[i],
+        }
+        for i in range(processes)
+    ]
+    pg_stats = None
+    before = 0
+    if kind == "postgresql":
+        pg_stats = peers._PgCommits(peers._pg_url(base_url), "bench_readyq")
+        pg_stats.wait_no_backends()
+
+        def hook() -> None:
+            nonlocal before
+            before = pg_stats.read()
+
+    else:
+        hook = None  # type: ignore[assignment]
+    run = peers._run_workers("readyq", configs, peers._timeout(jobs), hook)
+    commits = run.commits
+    if pg_stats is not None:
+        pg_stats.wait_no_backends()
+        commits = pg_stats.read() - before
+        pg_stats.close()
+    check = readyq.Queue(url)
+    counts = check.counts()
+    check.close()
+    if counts != {"done": jobs} or run.executed != jobs:
+        raise RuntimeError(f"readyq did not run every job exactly once: {counts}, {run.executed}")
+    timings = [json.load(open(f)) for f in timing_files if os.path.exists(f)]
+    for f in timing_files:
+        if os.path.exists(f):
+            os.unlink(f)
+    return Row(
+        system=f"readyq (batch {cap}/process)",
+        database={"postgresql": "PostgreSQL", "sqlite": "SQLite", "mariadb": "MariaDB"}[kind],
+        processes=processes,
+        jobs=jobs,
+        jobs_per_s=jobs / run.seconds,
+        cpu_us_per_job=run.cpu * 1e6 / jobs,
+        commits_per_job=None if commits is None else commits / jobs,
+        p50_ms=statistics.median(t["p50"] for t in timings) * 1000 if timings else None,
+        p99_ms=max(t["p99"] for t in timings) * 1000 if timings else None,
+    )
+
+
+def from_peer(r: peers.PeerResult) -> Row:
+    return Row(r.system, r.database, r.processes, r.jobs, r.jobs_per_s, r.cpu_us_per_job,
+               r.commits_per_job)
+
+
+def median_row(rows: list[Row]) -> Row:
+    best = sorted(rows, key=lambda r: r.jobs_per_s)[len(rows) // 2]
+    return best
+
+
+# -- scan flatness -----------------------------------------------------------------------
+
+
+def claim_time(queue: readyq.Queue, samples: int) -> float:
+    """Median seconds of one claim transaction that takes 10 jobs and hands them back."""
+    store = queue._store
+    times = []
+    for _ in range(samples):
+        t = time.perf_counter()
+        claimed = store.claim(owner="bench", cap=10, limit=10, ttl=60.0, types=["noop"])
+        times.append(time.perf_counter() - t)
+        store.mark_running("bench", [(c, None, True) for c in claimed])
+        store.finish("bench", [readyq.store.Outcome(job=c, kind="release") for c in claimed])
+    return statistics.median(times)
+
+
+def bulk_rows(queue: readyq.Queue, kind: str, done: int, waiting: int) -> None:
+    """Add finished rows and rows waiting on an unfinished upstream job, fast, in SQL."""
+    j = queue._store.tables.jobs
+    with queue.engine.begin() as conn:
+        blocker = conn.execute(
+            sa.insert(j).values(
+                type="noop", args="{}", state="waiting", is_container=False, group_key="blocker",
+                weight=1, priority=0, attempts=0, max_attempts=3, retry_on_timeout=True,
+                pending_deps=1, open_children=0, failed_children=0, cancel_requested=False,
+                lease_token=0, created_at=0, updated_at=0,
+            )
+        ).inserted_primary_key[0]
+        cols = (
+            "type, args, state, is_container, group_key, weight, priority, attempts, "
+            "max_attempts, retry_on_timeout, pending_deps, open_children, failed_children, "
+            "cancel_requested, lease_token, created_at, updated_at, finished_at"
+        )
+        for state, n, pending in (("done", done, 0), ("waiting", waiting, 1)):
+            if not n:
+                continue
+            values = (
+                f"'noop', '{{}}', '{state}', false, 'old', 1, 0, 1, 3, true, {pending}, 0, 0, "
+                "false, 1, 0, 0, 0"
+            )
+            if kind == "postgresql":
+                conn.exec_driver_sql(
+                    f"INSERT INTO {j.name} ({cols}) SELECT {values} FROM generate_series(1, {n})"
+                )
+            elif kind == "mariadb":
+                conn.exec_driver_sql(
+                    f"INSERT INTO {j.name} ({cols}) SELECT {values} FROM seq_1_to_{n}"
+                )
+            else:
+                conn.exec_driver_sql(
+                    f"WITH RECURSIVE s(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM s "
+                    f"WHERE x < {n}) INSERT INTO {j.name} ({cols}) SELECT "
+                    f"{values.replace('false', '0').replace('true', '1')} FROM s"
+                )
+        if waiting:
+            conn.exec_driver_sql(
+                f"INSERT INTO {queue._store.tables.deps.name} (job_id, depends_on_id) "
+                f"SELECT id, {blocker} FROM {j.name} WHERE state = 'waiting' AND id <> {blocker}"
+            )
+    with queue.engine.connect() as conn:
+        if kind == "postgresql":
+            conn.execution_options(isolation_level="AUTOCOMMIT").exec_driver_sql(
+                f"VACUUM ANALYZE {j.name}"
+            )
+        elif kind == "mariadb":
+            conn.exec_driver_sql(f"ANALYZE TABLE {j.name}")
+        else:
+            conn.exec_driver_sql("ANALYZE")
+        conn.commit()
+
+
+def scan_flatness(kind: str, base_url: str, done: int, waiting: int) -> tuple[float, float]:
+    url = fresh_database(kind, base_url, "bench_scan")
+    queue = readyq.Queue(url)
+    queue.create_schema()
+
+    @queue.handler("noop")
+    def noop(job: readyq.Job) -> None:
+        return None
+
+    fill_noop(queue, 200)
+    empty = claim_time(queue, 60)
+    bulk_rows(queue, kind, done, waiting)
+    full = claim_time(queue, 60)
+    queue.close()
+    return empty, full
+
+
+# -- enqueue -----------------------------------------------------------------------------
+
+
+def enqueue_rates(kind: str, base_url: str) -> tuple[float, float]:
+    url = fresh_database(kind, base_url, "bench_enqueue")
+    queue = readyq.Queue(url)
+    queue.create_schema()
+    n = 20_000
+    specs = [
+        JobSpec("noop", {"i": i}, key=f"k{i}", depends_on=[f"k{i - 1}"] if i % 10 else [])
+        for i in range(n)
+    ]
+    t = time.perf_counter()
+    queue.enqueue_many(specs)
+    bulk = n / (time.perf_counter() - t)
+    m = 500
+    t = time.perf_counter()
+    for i in range(m):
+        queue.enqueue("noop", {"i": i})
+    single = m / (time.perf_counter() - t)
+    queue.close()
+    return bulk, single
+
+
+# -- memory ------------------------------------------------------------------------------
+
+MEMORY_SCRIPT = r"""
+import sys, threading, time, readyq
+url, n = sys.argv[1], int(sys.argv[2])
+queue = readyq.Queue(url)
+@queue.handler("noop")
+def noop(job): return {"ok": True}
+def rss():
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+samples = []
+worker = queue.worker(concurrency=100, poll_interval=0.05)
+def watch():
+    while t.is_alive():
+        samples.append((worker.stats.done, rss()))
+        time.sleep(0.2)
+t = threading.Thread(target=worker.run, kwargs={"until_idle": True})
+t.start(); watch(); t.join()
+early = [r for d, r in samples if d >= n * 0.1]
+print(early[0] if early else samples[0][1], max(r for _, r in samples))
+"""
+
+
+def memory_growth(jobs: int) -> tuple[float, float]:
+    url = fresh_database("sqlite", "", "bench_memory")
+    queue = readyq.Queue(url)
+    queue.create_schema()
+    fill_noop(queue, jobs)
+    queue.close()
+    out = subprocess.run(
+        [sys.executable, "-c", MEMORY_SCRIPT, url, str(jobs)],
+        capture_output=True, text=True, check=True, timeout=3600,
+    ).stdout.split()
+    return float(out[0]), float(out[1])
+
+
+# -- main --------------------------------------------------------------------------------
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--quick", action="store_true", help="fewer jobs, one run each")
+    ap.add_argument("--jobs", type=int, default=10_000)
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--processes", type=int, nargs="+", default=[1, 2])
+    ap.add_argument("--batch", type=int, default=100, help="readyq jobs per process at once")
+    ap.add_argument("--done-rows", type=int, default=1_000_000)
+    ap.add_argument("--waiting-rows", type=int, default=100_000)
+    ap.add_argument("--memory-jobs", type=int, default=200_000)
+    ap.add_argument("--pg-url", default=DEFAULT_PG)
+    ap.add_argument("--mariadb-url", default=DEFAULT_MARIADB)
+    ap.add_argument("--skip", nargs="*", default=[],
+                    help="parts to skip: peers throughput scan enqueue memory")
+    args = ap.parse_args(argv)
+    if args.quick:
+        args.jobs, args.repeat = 5_000, 1
+        args.done_rows, args.waiting_rows, args.memory_jobs = 200_000, 20_000, 50_000
+    dbs = [("postgresql", args.pg_url), ("sqlite", ""), ("mariadb", args.mariadb_url)]
+    started = time.monotonic()
+    rows: list[Row] = []
+
+    def log(msg: str) -> None:
+        print(msg, file=sys.stderr, flush=True)
+
+    if "throughput" not in args.skip:
+        for p in args.processes:
+            for kind, url in dbs:
+                runs = []
+                for _ in range(args.repeat):
+                    runs.append(run_readyq(kind, url, args.jobs, p, args.batch))
+                    log(f"  readyq {kind} {p} proc: {runs[-1].jobs_per_s:,.0f} jobs/s")
+                rows.append(median_row(runs))
+                minimal = [from_peer(peers.run_minimal_loop(
+                    peers._pg_url(url) if kind == "postgresql" else (url or "sqlite://"),
+                    args.jobs, p, 100)) for _ in range(args.repeat)]
+                rows.append(median_row(minimal))
+                log(f"  minimal {kind} {p} proc: {rows[-1].jobs_per_s:,.0f} jobs/s")
+            if "peers" not in args.skip:
+                pg = peers._pg_url(args.pg_url)
+                for label, fn, n in (
+                    ("pgq100", lambda: peers.run_pgqueuer(pg, args.jobs, p, 100), args.jobs),
+                    ("pgq10", lambda: peers.run_pgqueuer(pg, args.jobs, p, 10), args.jobs),
+                    ("proc", lambda: peers.run_procrastinate(pg, 2000, p, 10), 2000),
+                ):
+                    try:
+                        runs = [from_peer(fn()) for _ in range(args.repeat)]
+                    except Exception as exc:  # a peer not installed or failing
+                        log(f"  {label}: skipped ({exc.__class__.__name__}: {exc})")
+                        continue
+                    rows.append(median_row(runs))
+                    log(f"  {rows[-1].system} {p} proc: {rows[-1].jobs_per_s:,.0f} jobs/s")
+
+    print(f"\nreadyq benchmark, median of {args.repeat} run(s), {args.jobs:,} no-op jobs "
+          f"(Procrastinate: 2,000), {os.cpu_count()} cores")
+    print(f"{'system':38} {'database':10} {'procs':>5} {'jobs/s':>9} {'CPU us/job':>10}"
+          f" {'commits/job':>11} {'claim p50/p99 ms':>17}")
+    for r in rows:
+        lat = f"{r.p50_ms:.1f} / {r.p99_ms:.1f}" if r.p50_ms is not None else ""
+        commits = f"{r.commits_per_job:.3f}" if r.commits_per_job is not None else ""
+        print(f"{r.system:38} {r.database:10} {r.processes:>5} {r.jobs_per_s:>9,.0f}"
+              f" {r.cpu_us_per_job:>10,.0f} {commits:>11} {lat:>17}")
+    if rows:
+        print("\nratios (same run):")
+        for p in args.processes:
+            mine = {r.database: r for r in rows if r.system.startswith("readyq")
+                    and r.processes == p}
+            for r in rows:
+                if r.processes != p or r.system.startswith("readyq") or r.database not in mine:
+                    continue
+                print(f"  readyq / {r.system} ({r.database}, {p} proc): "
+                      f"{mine[r.database].jobs_per_s / r.jobs_per_s:.2f}x")
+
+    if "scan" not in args.skip:
+        print(f"\nscan flatness: one claim transaction, median of 60 "
+              f"(+{args.done_rows:,} done rows, +{args.waiting_rows:,} waiting rows)")
+        for kind, url in dbs:
+            empty, full = scan_flatness(kind, url, args.done_rows, args.waiting_rows)
+            print(f"  {kind:10} empty {empty * 1000:6.2f} ms   full {full * 1000:6.2f} ms   "
+                  f"ratio {full / empty:.2f}")
+    if "enqueue" not in args.skip:
+        print("\nenqueue: enqueue_many of 20,000 jobs with dependencies / single enqueue")
+        for kind, url in dbs:
+            bulk, single = enqueue_rates(kind, url)
+            print(f"  {kind:10} {bulk:9,.0f} jobs/s bulk   {single:7,.0f} jobs/s single")
+    if "memory" not in args.skip:
+        first, peak = memory_growth(args.memory_jobs)
+        print(f"\nmemory: worker RSS over {args.memory_jobs:,} jobs (SQLite): "
+              f"{first:.1f} MB after 10%, peak {peak:.1f} MB, growth {peak - first:.1f} MB")
+    print(f"\n({time.monotonic() - started:.0f}s)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
