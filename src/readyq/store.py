@@ -14,7 +14,7 @@ import random
 import threading
 import time
 from collections import Counter, defaultdict
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -883,26 +883,22 @@ class Store:
         limit: int,
         ttl: float,
         types: Sequence[str] | None,
-        start: Callable[[ClaimedJob], tuple[float | None, bool]] | None = None,
+        start: Mapping[str, tuple[float | None, bool]] | None = None,
     ) -> tuple[dict[int, bool], list[ClaimedJob]]:
         """Record outcomes, claim new jobs and start them: one transaction, one commit.
 
         The slots freed by the outcomes count as free for the claim. With ``start``
-        (job → (timeout, retry_on_timeout)), the claimed jobs also move from leased to
-        running in the same transaction, each with its deadline; a worker uses this when
-        it hands every claimed job to a handler at once.
+        (job type → (timeout, retry_on_timeout)), the claim's own UPDATE also starts the
+        jobs: ``running`` with ``started_at`` and a deadline (the job's own timeout, else
+        its type's). A worker does this when it hands every claimed job to a handler at
+        once, so that ``leased`` never needs a commit of its own.
         """
 
         def unit(conn: Connection) -> tuple[dict[int, bool], list[ClaimedJob]]:
             applied = self._finish(conn, owner, outcomes) if outcomes else {}
             claimed: list[ClaimedJob] = []
             if cap > 0 and limit > 0:
-                claimed = self._claim(conn, owner, cap, limit, ttl, types)
-            if claimed and start is not None:
-                started = self._mark_running(
-                    conn, owner, [(c, *start(c)) for c in claimed]
-                )
-                claimed = [c for c in claimed if c.id in started]
+                claimed = self._claim(conn, owner, cap, limit, ttl, types, start)
             return applied, claimed
 
         if not outcomes and (cap <= 0 or limit <= 0):
@@ -917,6 +913,7 @@ class Store:
         limit: int,
         ttl: float,
         types: Sequence[str] | None,
+        start: Mapping[str, tuple[float | None, bool]] | None = None,
     ) -> list[ClaimedJob]:
         t = self.tables
         j, g = t.jobs, t.groups
@@ -959,7 +956,9 @@ class Store:
             return d.claim(
                 conn,
                 t,
-                ClaimRequest(owner=owner, group=key, limit=limit, ttl=ttl, types=types),
+                ClaimRequest(
+                    owner=owner, group=key, limit=limit, ttl=ttl, types=types, start=start
+                ),
                 now,
             )
         history = {
@@ -989,7 +988,14 @@ class Store:
             got = d.claim(
                 conn,
                 t,
-                ClaimRequest(owner=owner, group=key, limit=plan.claims[key], ttl=ttl, types=types),
+                ClaimRequest(
+                    owner=owner,
+                    group=key,
+                    limit=plan.claims[key],
+                    ttl=ttl,
+                    types=types,
+                    start=start,
+                ),
                 now,
             )
             counts[key] = len(got)

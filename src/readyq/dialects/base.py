@@ -8,7 +8,7 @@ group's runnable jobs are claimed, and which errors are worth a retry.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -39,6 +39,9 @@ class ClaimRequest:
     limit: int
     ttl: float
     types: Sequence[str] | None
+    # job type -> (timeout seconds or None, retry_on_timeout): start the jobs as they are
+    # claimed (running, with a deadline) instead of leaving them leased.
+    start: Mapping[str, tuple[float | None, bool]] | None = None
 
 
 class Dialect(ABC):
@@ -208,7 +211,7 @@ def lease_values(
 ) -> dict[str, Any]:
     """The SET clause of a claim: a new lease, a new fencing token, one more attempt."""
     j = t.jobs
-    return {
+    values: dict[str, Any] = {
         "state": "leased",
         "lease_owner": req.owner,
         "lease_token": j.c.lease_token + 1,
@@ -218,3 +221,18 @@ def lease_values(
         "updated_at": now,
         "cancel_requested": False,
     }
+    if req.start is not None:
+        timeouts = {k: v[0] for k, v in req.start.items() if v[0] is not None}
+        retries = {k: v[1] for k, v in req.start.items()}
+        by_type: Any = (
+            sa.case(timeouts, value=j.c.type, else_=sa.null()) if timeouts else sa.null()
+        )
+        values.update(
+            state="running",
+            started_at=now,
+            deadline=now + sa.func.coalesce(j.c.timeout, by_type),
+            retry_on_timeout=sa.case(retries, value=j.c.type, else_=sa.true())
+            if retries
+            else sa.true(),
+        )
+    return values
