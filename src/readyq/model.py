@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -101,6 +100,25 @@ class ClaimedJob:
     timeout: float | None
 
 
+class _Flag:
+    """A one-way boolean set by the worker's loop and read by the handler's thread.
+
+    Reading and writing one attribute is atomic in Python, so no lock is needed, and a
+    flag is far cheaper to create per job than a ``threading.Event``.
+    """
+
+    __slots__ = ("_value",)
+
+    def __init__(self) -> None:
+        self._value = False
+
+    def set(self) -> None:
+        self._value = True
+
+    def is_set(self) -> bool:
+        return self._value
+
+
 @dataclass(eq=False)
 class Job:
     """What a handler receives.
@@ -125,8 +143,8 @@ class Job:
     lease_token: int
     worker_id: str
     _heartbeat: Callable[[Job], None] = field(repr=False)
-    _lost: threading.Event = field(default_factory=threading.Event, repr=False)
-    _cancelled: threading.Event = field(default_factory=threading.Event, repr=False)
+    _lost: _Flag = field(default_factory=_Flag, repr=False)
+    _cancelled: _Flag = field(default_factory=_Flag, repr=False)
 
     @property
     def lease_lost(self) -> bool:

@@ -1177,20 +1177,12 @@ class Store:
         """Mark a batch done in one statement, each row fenced by its own lease."""
         j = self.tables.jobs
         now = self.now()
-        results = {o.job.id: o.result_json for o in done if o.result_json is not None}
-        result: Any = sa.case(results, value=j.c.id, else_=sa.null()) if results else None
-        leases = [Lease(o.job.id, o.job.lease_token) for o in done]
         count = conn.execute(
-            sa.update(j)
-            .where(self._fence(owner, leases), j.c.state == "running")
-            .values(
-                state="done",
-                result=result,
-                error=None,
-                finished_at=now,
-                lease_expires=None,
-                deadline=None,
-                updated_at=now,
+            self.dialect.done_statement(
+                self.tables,
+                owner,
+                [(o.job.id, o.job.lease_token, o.result_json) for o in done],
+                now,
             )
         ).rowcount
         if count == len(done):

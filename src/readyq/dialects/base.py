@@ -123,6 +123,27 @@ class Dialect(ABC):
         walk = walk.union_all(step)
         return list(conn.execute(sa.select(walk.c.k).where(walk.c.k.is_not(None))).scalars())
 
+    def done_statement(
+        self,
+        t: Tables,
+        owner: str,
+        rows: Sequence[tuple[int, int, str | None]],
+        now: sa.ColumnElement[float],
+    ) -> sa.Update:
+        """Mark (id, token, result) rows done in one UPDATE, each fenced by its lease."""
+        j = t.jobs
+        results = {i: r for i, _, r in rows if r is not None}
+        result: Any = sa.case(results, value=j.c.id, else_=sa.null()) if results else None
+        return (
+            sa.update(j)
+            .where(
+                self.pairs_match(j.c.id, j.c.lease_token, [(i, k) for i, k, _ in rows]),
+                j.c.lease_owner == owner,
+                j.c.state == "running",
+            )
+            .values(done_values(now, result))
+        )
+
     # -- lists of ids -------------------------------------------------------------------
 
     def ids_match(self, column: sa.ColumnElement[Any], ids: Sequence[int]) -> sa.ColumnElement[bool]:
@@ -169,6 +190,19 @@ class Dialect(ABC):
 
     def is_missing_table(self, exc: BaseException) -> bool:
         return self.error_code(exc) in self.missing_table_codes
+
+
+def done_values(now: sa.ColumnElement[float], result: Any) -> dict[str, Any]:
+    """The SET clause that ends an attempt done, with its result."""
+    return {
+        "state": "done",
+        "result": result,
+        "error": None,
+        "finished_at": now,
+        "lease_expires": None,
+        "deadline": None,
+        "updated_at": now,
+    }
 
 
 def claimed_from_row(row: Any, *, before_update: bool = False) -> ClaimedJob:

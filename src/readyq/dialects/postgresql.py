@@ -26,6 +26,7 @@ from readyq.dialects.base import (
     Dialect,
     claim_columns,
     claimed_from_row,
+    done_values,
     lease_values,
 )
 from readyq.errors import UnsupportedDatabase
@@ -131,6 +132,32 @@ class PostgresDialect(Dialect):
         ]
         conn.execute(sa.insert(j).from_select(target, select))
         return ids
+
+    def done_statement(
+        self,
+        t: Tables,
+        owner: str,
+        rows: Sequence[tuple[int, int, str | None]],
+        now: sa.ColumnElement[float],
+    ) -> sa.Update:
+        """``UPDATE ... FROM unnest(:ids, :tokens, :results)``: three array parameters
+        whatever the batch size, where a CASE would bind two per row."""
+        j = t.jobs
+        src = sa.func.unnest(
+            sa.bindparam(None, [r[0] for r in rows], type_=ARRAY(sa.BigInteger)),
+            sa.bindparam(None, [r[1] for r in rows], type_=ARRAY(sa.BigInteger)),
+            sa.bindparam(None, [r[2] for r in rows], type_=ARRAY(sa.Text)),
+        ).table_valued("id", "token", "result").render_derived(name="done")
+        return (
+            sa.update(j)
+            .where(
+                j.c.id == src.c.id,
+                j.c.lease_token == src.c.token,
+                j.c.lease_owner == owner,
+                j.c.state == "running",
+            )
+            .values(done_values(now, src.c.result))
+        )
 
     def insert_edges(self, conn: Connection, t: Tables, edges: list[dict[str, int]]) -> None:
         """One ``INSERT ... SELECT FROM unnest(:job_ids, :depends_on_ids)``."""
