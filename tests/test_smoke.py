@@ -1,7 +1,7 @@
 from __future__ import annotations
 
 import readyq
-from conftest import run_until_idle
+from readyq_test_support import run_until_idle
 
 
 def test_a_job_runs_and_stores_its_result(queue: readyq.Queue) -> None:

@@ -224,6 +224,19 @@ def migration_sql(url: str | sa.URL, prefix: str = DEFAULT_PREFIX,
 # -- status ------------------------------------------------------------------------------
 
 
+def check_schema(queue: Queue) -> None:
+    """Raise SchemaNotFound unless the queue's tables exist (reads at most one row)."""
+    store = queue._store
+    j, gate = store.tables.jobs, store.tables.gate
+
+    def unit(conn: Connection) -> None:
+        conn.execute(sa.select(j.c.id).limit(1)).first()
+        conn.execute(sa.select(gate.c.id).limit(1)).first()
+
+    store.read(unit)
+
+
+
 @dataclass(frozen=True)
 class WorkerSeen:
     """A worker that holds leases now, as its jobs' rows show it.

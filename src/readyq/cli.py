@@ -273,20 +273,29 @@ def _when(epoch: float | None, now: float) -> str:
 
 
 def cmd_migrate(args: argparse.Namespace) -> int:
+    from alembic.util import CommandError
+
     from readyq import admin
 
     url = _parse_url(_url(args))
     prefix = _prefix(args)
-    if args.sql:
-        sys.stdout.write(admin.migration_sql(url, prefix, args.revision))
-        return 0
-    _open(args, create=True).close()  # checks the URL, the driver and the server version
-    engine_url = url.render_as_string(hide_password=False)
-    before = admin.current_revision(engine_url, prefix)
-    if args.stamp:
-        after = admin.stamp(engine_url, prefix, args.revision)
-    else:
-        after = admin.migrate(engine_url, prefix, args.revision)
+    try:
+        if args.sql:
+            sys.stdout.write(admin.migration_sql(url, prefix, args.revision))
+            return 0
+        queue = _open(args, create=True)
+        try:
+            _ = queue.database  # connects: checks the driver, the server and its version
+        finally:
+            queue.close()
+        engine_url = url.render_as_string(hide_password=False)
+        before = admin.current_revision(engine_url, prefix)
+        if args.stamp:
+            after = admin.stamp(engine_url, prefix, args.revision)
+        else:
+            after = admin.migrate(engine_url, prefix, args.revision)
+    except CommandError as exc:
+        raise CLIError(f"migration: {exc}", code=2) from None
     if args.json:
         _print_json({"prefix": prefix, "previous": before, "revision": after,
                      "stamped": bool(args.stamp)})
@@ -379,6 +388,10 @@ def _load_app(spec: str) -> Any:
 
 
 def cmd_worker(args: argparse.Namespace) -> int:
+    from readyq import admin
+
+    if args.concurrency < 1:
+        raise CLIError("--concurrency must be at least 1", code=2)
     queue = _load_app(args.app)
     if getattr(args, "db", None) or args.db_global:
         print("readyq: note: --db is ignored by `worker`; the app's queue uses its own URL",
@@ -388,6 +401,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
         heartbeat_interval=args.heartbeat_interval, poll_interval=args.poll_interval,
         types=args.types, worker_id=args.worker_id,
     )
+    admin.check_schema(queue)  # connects: a wrong URL or missing tables fail here, once
     print(f"readyq worker {worker.worker_id} on {queue.database} (prefix {queue.prefix}): "
           f"types {', '.join(worker.types)}, cap {args.concurrency}"
           + ("" if args.until_idle else "; Ctrl-C to stop"), file=sys.stderr)
@@ -553,18 +567,25 @@ def render_tree(g: Any) -> Any:
         t.append(f"  {n.group}", style="bright_black")
         return t
 
-    def grow(branch: Any, i: int, up: bool, seen: set[int]) -> None:
+    def grow(branch: Any, i: int, up: bool, seen: set[int], via_container: int | None = None
+             ) -> None:
         if up:
             members = set(g.upstream)
-            links = [(d, "") for d in g.dependencies_of(i) if d in members]
+            # A child repeats its container's dependencies (it inherits them): shown once,
+            # under the container.
+            inherited = set(g.dependencies_of(via_container)) if via_container else set()
+            links = [(d, "") for d in g.dependencies_of(i) if d in members and d not in inherited]
             kids = [c for c in g.children_of(i) if c in members]
         else:
             members = set(g.downstream)
-            links = [(d, "") for d in g.dependents_of(i) if d in members]
+            outs = [d for d in g.dependents_of(i) if d in members]
+            # Children of a container that is itself a dependent: shown under it.
+            inner = {d for d in outs if g.container_of(d) in outs}
+            links = [(d, "") for d in outs if d not in inner]
             parent = g.container_of(i)
-            if parent is not None and parent in members:
+            if parent is not None and parent in members and parent != via_container:
                 links.append((parent, "in container "))
-            kids = []
+            kids = [c for c in g.children_of(i) if c in members] if g.nodes[i].is_container else []
         shown = kids[:8]
         links += [(c, "contains ") for c in shown]
         for j, relation in links:
@@ -574,7 +595,8 @@ def render_tree(g: Any) -> Any:
                 branch.add(node)
                 continue
             seen.add(j)
-            grow(branch.add(label(j, relation)), j, up, seen)
+            grow(branch.add(label(j, relation)), j, up, seen,
+                 i if relation == "contains " else None)
         if len(kids) > len(shown):
             rest: dict[str, int] = {}
             for c in kids[len(shown):]:
@@ -779,9 +801,10 @@ def _run(args: argparse.Namespace) -> int:
         return COMMANDS[args.command](args)
     except CLIError as exc:
         message, code = str(exc), exc.code
-    except SchemaNotFound:
-        message, code = (f"readyq tables with prefix {_prefix(args)!r} are missing in this "
-                         "database: run `readyq migrate` first"), 1
+    except SchemaNotFound as exc:
+        message, code = str(exc).replace(
+            "call Queue.create_schema() first",
+            "run `readyq migrate` (or call Queue.create_schema()) first"), 1
     except (ConfigurationError, InvalidJob) as exc:
         message, code = str(exc), 2
     except (JobNotFound, admin.AdminError) as exc:

@@ -56,9 +56,15 @@ def test_dag_formats_contain_the_edges(migrated: Run, mq: readyq.Queue) -> None:
     lines = tree.out.splitlines()
     assert lines[0].startswith(f"#{p} parse [waiting]")
     for expected in ("needs (upstream)", f"#{f} fetch [ready]", "needed by (downstream)",
-                     f"#{b} batch (container) [active]", f"#{t1} transform [waiting]",
-                     f"in container #{b} batch", "(shown above)", f"#{r} report [waiting]"):
+                     f"#{b} batch (container) [active]", f"contains #{t1} transform [waiting]",
+                     f"contains #{t2} transform [waiting]", f"#{r} report [waiting]"):
         assert expected in tree.out, expected
+    child = cli("dag", str(t1)).out
+    assert f"in container #{b} batch (container) [active]" in child
+    assert f"#{p} parse [waiting]" in child and f"#{r} report [waiting]" in child
+    both = mq.enqueue("both", {}, depends_on=[f, p])
+    diamond = cli("dag", str(both)).out
+    assert f"#{f} fetch [ready]  default  (shown above)" in diamond
 
     alone = cli("dag", str(ids["other"]))
     assert "no dependencies, dependents, container or children" in alone.out

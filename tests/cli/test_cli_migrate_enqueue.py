@@ -67,6 +67,7 @@ def test_enqueue_and_migrate_mistakes_are_one_line_errors(
         ("enqueue", "x", "--container", "--priority", "3"): "cannot be used with --container",
         ("enqueue", "x", "--args", "NaN"): "JSON",
         ("enqueue", "x", "--max-attempts", "0"): "max_attempts",
+        ("migrate", "--revision", "nope"): "Can't locate revision identified by 'nope'",
     }
     for argv, message in cases.items():
         result = cli(*argv)

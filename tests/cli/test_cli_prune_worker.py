@@ -94,6 +94,9 @@ def app_module(db: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
 
         def make_queue():
             return queue
+
+        unmigrated = readyq.Queue({db!r}, prefix="nothere_")
+        unmigrated.handler("square")(square)
     """))
     monkeypatch.chdir(tmp_path)
     return name
@@ -127,3 +130,6 @@ def test_worker_runs_the_apps_handlers(migrated: Run, mq: readyq.Queue, app_modu
         failed = cli("worker", *argv, url=None)
         assert failed.one_line_error and failed.code == 2, (argv, failed)
         assert message in failed.err, (argv, failed.err)
+    missing = cli("worker", "--app", f"{app_module}:unmigrated", "--until-idle", url=None)
+    assert missing.one_line_error and missing.code == 1
+    assert "prefix 'nothere_' are missing: run `readyq migrate`" in missing.err

@@ -8,7 +8,7 @@ import pytest
 import sqlalchemy as sa
 
 import readyq
-from conftest import run_until_idle
+from readyq_test_support import run_until_idle
 from readyq import JobSpec, JobState
 
 

@@ -63,6 +63,10 @@ def run_migrations_online() -> None:
     engine = sa.create_engine(url, poolclass=sa.NullPool)
     try:
         with engine.connect() as conn:
+            if conn.dialect.name == "sqlite" and (engine.url.database or ":memory:") != ":memory:":
+                # What Queue.create_schema() does too: readers never block the writer.
+                conn.exec_driver_sql("PRAGMA journal_mode=WAL")
+                conn.commit()
             _run(conn)
             conn.commit()
     finally:
