@@ -47,6 +47,9 @@ def _pragmas(dbapi_conn: Any, _record: Any) -> None:
     cur = dbapi_conn.cursor()
     cur.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
     cur.execute("PRAGMA foreign_keys = ON")
+    # WAL is a property of the file; asking again is cheap, and covers files whose schema
+    # was made by other tools.
+    cur.execute("PRAGMA journal_mode = WAL")
     cur.close()
 
 
