@@ -105,8 +105,13 @@ def _engine_of(url_or_engine: str | sa.URL | Engine | Queue) -> tuple[Engine, bo
     return sa.create_engine(sa.make_url(url_or_engine), poolclass=sa.NullPool), True
 
 
-def _alembic_config(prefix: str, *, connection: Connection | None = None,
-                    url: str | None = None, output: io.StringIO | None = None) -> Any:
+def _alembic_config(
+    prefix: str,
+    *,
+    connection: Connection | None = None,
+    url: str | None = None,
+    output: io.StringIO | None = None,
+) -> Any:
     from alembic.config import Config
 
     cfg = Config(output_buffer=output) if output is not None else Config()
@@ -126,8 +131,9 @@ def _sqlite_wal(engine: Engine) -> None:
             conn.commit()
 
 
-def current_revision(url_or_engine: str | sa.URL | Engine | Queue,
-                     prefix: str = DEFAULT_PREFIX) -> str | None:
+def current_revision(
+    url_or_engine: str | sa.URL | Engine | Queue, prefix: str = DEFAULT_PREFIX
+) -> str | None:
     """The readyq revision recorded in ``<prefix>alembic_version``, or None."""
     from alembic.runtime.migration import MigrationContext
 
@@ -144,8 +150,11 @@ def current_revision(url_or_engine: str | sa.URL | Engine | Queue,
             engine.dispose()
 
 
-def migrate(url_or_engine: str | sa.URL | Engine | Queue, prefix: str = DEFAULT_PREFIX,
-            revision: str = "head") -> str | None:
+def migrate(
+    url_or_engine: str | sa.URL | Engine | Queue,
+    prefix: str = DEFAULT_PREFIX,
+    revision: str = "head",
+) -> str | None:
     """Upgrade readyq's tables for ``prefix`` to ``revision``; return the revision now current.
 
     Uses readyq's own version table ``<prefix>alembic_version``; running it again is a
@@ -176,8 +185,11 @@ def migrate(url_or_engine: str | sa.URL | Engine | Queue, prefix: str = DEFAULT_
             engine.dispose()
 
 
-def stamp(url_or_engine: str | sa.URL | Engine | Queue, prefix: str = DEFAULT_PREFIX,
-          revision: str = "head") -> str | None:
+def stamp(
+    url_or_engine: str | sa.URL | Engine | Queue,
+    prefix: str = DEFAULT_PREFIX,
+    revision: str = "head",
+) -> str | None:
     """Record ``revision`` as applied without running it (adopt a create_schema() schema)."""
     from alembic import command
 
@@ -192,8 +204,11 @@ def stamp(url_or_engine: str | sa.URL | Engine | Queue, prefix: str = DEFAULT_PR
             engine.dispose()
 
 
-def downgrade(url_or_engine: str | sa.URL | Engine | Queue, prefix: str = DEFAULT_PREFIX,
-              revision: str = "base") -> str | None:
+def downgrade(
+    url_or_engine: str | sa.URL | Engine | Queue,
+    prefix: str = DEFAULT_PREFIX,
+    revision: str = "base",
+) -> str | None:
     """Downgrade readyq's tables to ``revision`` (``base`` drops them, with every job)."""
     from alembic import command
 
@@ -208,8 +223,7 @@ def downgrade(url_or_engine: str | sa.URL | Engine | Queue, prefix: str = DEFAUL
             engine.dispose()
 
 
-def migration_sql(url: str | sa.URL, prefix: str = DEFAULT_PREFIX,
-                  revision: str = "head") -> str:
+def migration_sql(url: str | sa.URL, prefix: str = DEFAULT_PREFIX, revision: str = "head") -> str:
     """The SQL that :func:`migrate` would run on a fresh database of ``url``'s kind."""
     from alembic import command
 
@@ -234,7 +248,6 @@ def check_schema(queue: Queue) -> None:
         conn.execute(sa.select(gate.c.id).limit(1)).first()
 
     store.read(unit)
-
 
 
 @dataclass(frozen=True)
@@ -276,8 +289,13 @@ class OldestReady:
     age: float
 
     def to_json(self) -> dict[str, Any]:
-        return {"id": self.id, "type": self.type, "group": self.group, "since": iso(self.since),
-                "age_seconds": _round(self.age)}
+        return {
+            "id": self.id,
+            "type": self.type,
+            "group": self.group,
+            "since": iso(self.since),
+            "age_seconds": _round(self.age),
+        }
 
 
 def _round(value: float | None) -> float | None:
@@ -326,8 +344,9 @@ def status(queue: Queue) -> Status:
         states: dict[str, int] = {}
         groups: dict[str, dict[str, int]] = defaultdict(dict)
         for r in conn.execute(
-            sa.select(j.c.group_key, j.c.state, sa.func.count().label("n"))
-            .group_by(j.c.group_key, j.c.state)
+            sa.select(j.c.group_key, j.c.state, sa.func.count().label("n")).group_by(
+                j.c.group_key, j.c.state
+            )
         ):
             states[r.state] = states.get(r.state, 0) + int(r.n)
             groups[r.group_key][r.state] = int(r.n)
@@ -336,17 +355,26 @@ def status(queue: Queue) -> Status:
         since = sa.case((j.c.run_after > j.c.updated_at, j.c.run_after), else_=j.c.updated_at)
         due = sa.and_(j.c.state == "ready", sa.or_(j.c.run_after.is_(None), j.c.run_after <= now))
         runnable = int(conn.execute(sa.select(sa.func.count()).where(due)).scalar_one())
-        deferred = int(conn.execute(
-            sa.select(sa.func.count()).where(j.c.state == "ready", j.c.run_after > now)
-        ).scalar_one())
+        deferred = int(
+            conn.execute(
+                sa.select(sa.func.count()).where(j.c.state == "ready", j.c.run_after > now)
+            ).scalar_one()
+        )
         oldest = None
         row = conn.execute(
             sa.select(j.c.id, j.c.type, j.c.group_key, since.label("since"))
-            .where(due).order_by(since, j.c.id).limit(1)
+            .where(due)
+            .order_by(since, j.c.id)
+            .limit(1)
         ).first()
         if row is not None:
-            oldest = OldestReady(id=int(row.id), type=row.type, group=row.group_key,
-                                 since=float(row.since), age=max(0.0, now - float(row.since)))
+            oldest = OldestReady(
+                id=int(row.id),
+                type=row.type,
+                group=row.group_key,
+                since=float(row.since),
+                age=max(0.0, now - float(row.since)),
+            )
         workers = []
         for r in conn.execute(
             sa.select(
@@ -361,17 +389,30 @@ def status(queue: Queue) -> Status:
         ):
             hb = None if r.hb is None else float(r.hb)
             exp = None if r.exp is None else float(r.exp)
-            workers.append(WorkerSeen(
-                owner=r.lease_owner, leased=int(r.leased or 0), running=int(r.running or 0),
-                last_heartbeat=hb, heartbeat_age=None if hb is None else max(0.0, now - hb),
-                lease_expires=exp, expired=exp is not None and exp < now,
-            ))
+            workers.append(
+                WorkerSeen(
+                    owner=r.lease_owner,
+                    leased=int(r.leased or 0),
+                    running=int(r.running or 0),
+                    last_heartbeat=hb,
+                    heartbeat_age=None if hb is None else max(0.0, now - hb),
+                    lease_expires=exp,
+                    expired=exp is not None and exp < now,
+                )
+            )
         workers.sort(key=lambda w: (-(w.last_heartbeat or 0.0), w.owner))
         in_flight = sum(states.get(s, 0) for s in IN_FLIGHT_STATES)
         ordered = {k: _ordered(v) for k, v in sorted(groups.items())}
-        return Status(now=now, states=_ordered(states), groups=ordered, in_flight=in_flight,
-                      runnable=runnable, deferred=deferred, oldest_ready=oldest,
-                      workers=workers)
+        return Status(
+            now=now,
+            states=_ordered(states),
+            groups=ordered,
+            in_flight=in_flight,
+            runnable=runnable,
+            deferred=deferred,
+            oldest_ready=oldest,
+            workers=workers,
+        )
 
     return store.read(unit)
 
@@ -395,12 +436,24 @@ class JobRef:
     is_container: bool = False
 
     def to_json(self) -> dict[str, Any]:
-        return {"id": self.id, "type": self.type, "state": self.state,
-                "is_container": self.is_container}
+        return {
+            "id": self.id,
+            "type": self.type,
+            "state": self.state,
+            "is_container": self.is_container,
+        }
 
 
-_INSTANTS = ("created_at", "updated_at", "run_after", "started_at", "finished_at",
-             "heartbeat_at", "lease_expires", "deadline")
+_INSTANTS = (
+    "created_at",
+    "updated_at",
+    "run_after",
+    "started_at",
+    "finished_at",
+    "heartbeat_at",
+    "lease_expires",
+    "deadline",
+)
 
 
 @dataclass(frozen=True)
@@ -431,8 +484,9 @@ class JobDetail:
 
 
 def _ref(row: Any) -> JobRef:
-    return JobRef(id=int(row.id), type=row.type, state=row.state,
-                  is_container=bool(row.is_container))
+    return JobRef(
+        id=int(row.id), type=row.type, state=row.state, is_container=bool(row.is_container)
+    )
 
 
 def show(queue: Queue, job_id: int) -> JobDetail:
@@ -476,25 +530,48 @@ def show(queue: Queue, job_id: int) -> JobDetail:
             value = m[name]
             fields[name] = None if value is None else float(value)
         cols = (j.c.id, j.c.type, j.c.state, j.c.is_container)
-        deps = [_ref(r) for r in conn.execute(
-            sa.select(*cols).select_from(d.join(j, j.c.id == d.c.depends_on_id))
-            .where(d.c.job_id == job_id).order_by(j.c.id))]
-        dependents = [_ref(r) for r in conn.execute(
-            sa.select(*cols).select_from(d.join(j, j.c.id == d.c.job_id))
-            .where(d.c.depends_on_id == job_id).order_by(j.c.id))]
+        deps = [
+            _ref(r)
+            for r in conn.execute(
+                sa.select(*cols)
+                .select_from(d.join(j, j.c.id == d.c.depends_on_id))
+                .where(d.c.job_id == job_id)
+                .order_by(j.c.id)
+            )
+        ]
+        dependents = [
+            _ref(r)
+            for r in conn.execute(
+                sa.select(*cols)
+                .select_from(d.join(j, j.c.id == d.c.job_id))
+                .where(d.c.depends_on_id == job_id)
+                .order_by(j.c.id)
+            )
+        ]
         parent = None
         if fields["parent_id"] is not None:
             p = conn.execute(sa.select(*cols).where(j.c.id == fields["parent_id"])).first()
             parent = None if p is None else _ref(p)
         children: dict[str, int] = {}
         if fields["is_container"]:
-            children = _ordered({
-                r.state: int(r.n) for r in conn.execute(
-                    sa.select(j.c.state, sa.func.count().label("n"))
-                    .where(j.c.parent_id == job_id).group_by(j.c.state))
-            })
-        return JobDetail(fields=fields, dependencies=deps, dependents=dependents,
-                         parent=parent, children=children, now=now)
+            children = _ordered(
+                {
+                    r.state: int(r.n)
+                    for r in conn.execute(
+                        sa.select(j.c.state, sa.func.count().label("n"))
+                        .where(j.c.parent_id == job_id)
+                        .group_by(j.c.state)
+                    )
+                }
+            )
+        return JobDetail(
+            fields=fields,
+            dependencies=deps,
+            dependents=dependents,
+            parent=parent,
+            children=children,
+            now=now,
+        )
 
     return store.read(unit)
 
@@ -512,9 +589,14 @@ class Node:
     group: str
 
     def to_json(self) -> dict[str, Any]:
-        return {"id": self.id, "type": self.type, "state": self.state,
-                "is_container": self.is_container, "parent_id": self.parent_id,
-                "group": self.group}
+        return {
+            "id": self.id,
+            "type": self.type,
+            "state": self.state,
+            "is_container": self.is_container,
+            "parent_id": self.parent_id,
+            "group": self.group,
+        }
 
 
 @dataclass
@@ -573,8 +655,14 @@ def dag(queue: Queue, job_id: int, *, max_nodes: int = 200) -> Graph:
     node_cols = (j.c.id, j.c.type, j.c.state, j.c.is_container, j.c.parent_id, j.c.group_key)
 
     def node(r: Any) -> Node:
-        return Node(id=int(r.id), type=r.type, state=r.state, is_container=bool(r.is_container),
-                    parent_id=None if r.parent_id is None else int(r.parent_id), group=r.group_key)
+        return Node(
+            id=int(r.id),
+            type=r.type,
+            state=r.state,
+            is_container=bool(r.is_container),
+            parent_id=None if r.parent_id is None else int(r.parent_id),
+            group=r.group_key,
+        )
 
     def unit(conn: Connection) -> Graph:
         row = conn.execute(sa.select(*node_cols).where(j.c.id == job_id)).first()
@@ -610,12 +698,20 @@ def dag(queue: Queue, job_id: int, *, max_nodes: int = 200) -> Graph:
         while frontier:
             found: list[int] = []
             for chunk in _chunks(frontier):
-                found += [int(x) for x in conn.execute(
-                    sa.select(d.c.depends_on_id).where(d.c.job_id.in_(chunk))).scalars()]
+                found += [
+                    int(x)
+                    for x in conn.execute(
+                        sa.select(d.c.depends_on_id).where(d.c.job_id.in_(chunk))
+                    ).scalars()
+                ]
                 containers = [i for i in chunk if g.nodes[i].is_container]
                 for part in _chunks(containers):
-                    found += [int(x) for x in conn.execute(
-                        sa.select(j.c.id).where(j.c.parent_id.in_(part))).scalars()]
+                    found += [
+                        int(x)
+                        for x in conn.execute(
+                            sa.select(j.c.id).where(j.c.parent_id.in_(part))
+                        ).scalars()
+                    ]
             frontier = admit(found, seen_up)
         g.upstream = seen_up - {job_id}
 
@@ -625,10 +721,17 @@ def dag(queue: Queue, job_id: int, *, max_nodes: int = 200) -> Graph:
         while frontier:
             found = []
             for chunk in _chunks(frontier):
-                found += [int(x) for x in conn.execute(
-                    sa.select(d.c.job_id).where(d.c.depends_on_id.in_(chunk))).scalars()]
-            found += [g.nodes[i].parent_id for i in frontier  # type: ignore[misc]
-                      if g.nodes[i].parent_id is not None]
+                found += [
+                    int(x)
+                    for x in conn.execute(
+                        sa.select(d.c.job_id).where(d.c.depends_on_id.in_(chunk))
+                    ).scalars()
+                ]
+            found += [
+                g.nodes[i].parent_id
+                for i in frontier  # type: ignore[misc]
+                if g.nodes[i].parent_id is not None
+            ]
             frontier = admit(found, seen_down)
         g.downstream = seen_down - {job_id}
 
@@ -637,7 +740,8 @@ def dag(queue: Queue, job_id: int, *, max_nodes: int = 200) -> Graph:
         for chunk in _chunks(ids):
             for r in conn.execute(
                 sa.select(d.c.depends_on_id, d.c.job_id).where(
-                    d.c.job_id.in_(chunk), d.c.depends_on_id.in_(ids))
+                    d.c.job_id.in_(chunk), d.c.depends_on_id.in_(ids)
+                )
             ):
                 g.deps.add((int(r.depends_on_id), int(r.job_id)))
         for n in g.nodes.values():
@@ -649,8 +753,14 @@ def dag(queue: Queue, job_id: int, *, max_nodes: int = 200) -> Graph:
 
 
 _STATE_COLOURS = {
-    "waiting": "#e0e0e0", "ready": "#cfe8ff", "leased": "#ffe9a8", "running": "#ffd166",
-    "active": "#e6d7ff", "done": "#c8f0c8", "failed": "#ffb3b3", "cancelled": "#d9d9d9",
+    "waiting": "#e0e0e0",
+    "ready": "#cfe8ff",
+    "leased": "#ffe9a8",
+    "running": "#ffd166",
+    "active": "#e6d7ff",
+    "done": "#c8f0c8",
+    "failed": "#ffb3b3",
+    "cancelled": "#d9d9d9",
     "upstream_failed": "#ffd6d6",
 }
 
@@ -662,9 +772,15 @@ def _label(n: Node) -> str:
 
 def to_mermaid(g: Graph) -> str:
     """A Mermaid flowchart: ``A --> B`` means B depends on A; ``C -. contains .-> X``."""
+
     def text(s: str) -> str:
-        return (s.replace("&", "#amp;").replace('"', "#quot;").replace("<", "#lt;")
-                .replace(">", "#gt;").replace("\n", "<br/>"))
+        return (
+            s.replace("&", "#amp;")
+            .replace('"', "#quot;")
+            .replace("<", "#lt;")
+            .replace(">", "#gt;")
+            .replace("\n", "<br/>")
+        )
 
     lines = ["flowchart TD"]
     for i in sorted(g.nodes):
@@ -687,6 +803,7 @@ def to_mermaid(g: Graph) -> str:
 
 def to_dot(g: Graph) -> str:
     """A Graphviz digraph: ``A -> B`` means B depends on A; dashed edges are containment."""
+
     def text(s: str) -> str:
         return s.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
 
@@ -724,9 +841,11 @@ class RetryResult:
     reopened: list[int]
 
     def to_json(self) -> dict[str, Any]:
-        return {"job_id": self.job_id,
-                "revived": [{"id": i, "state": s} for i, s in self.revived],
-                "reopened": self.reopened}
+        return {
+            "job_id": self.job_id,
+            "revived": [{"id": i, "state": s} for i, s in self.revived],
+            "reopened": self.reopened,
+        }
 
 
 def retry(queue: Queue, job_id: int, *, extra_attempts: int = 1) -> RetryResult:
@@ -753,12 +872,16 @@ def retry(queue: Queue, job_id: int, *, extra_attempts: int = 1) -> RetryResult:
 
     Everything happens in one transaction, with the rows it reads locked.
     """
-    if (isinstance(extra_attempts, bool) or not isinstance(extra_attempts, int)
-            or extra_attempts < 1):
+    if (
+        isinstance(extra_attempts, bool)
+        or not isinstance(extra_attempts, int)
+        or extra_attempts < 1
+    ):
         raise ValueError(f"extra_attempts must be an int >= 1, not {extra_attempts!r}")
     store = queue._store
-    return store.write(lambda conn: _retry(queue, conn, job_id, extra_attempts),
-                       idempotent=False, what="retry")
+    return store.write(
+        lambda conn: _retry(queue, conn, job_id, extra_attempts), idempotent=False, what="retry"
+    )
 
 
 def _retry(queue: Queue, conn: Connection, job_id: int, extra: int) -> RetryResult:
@@ -775,8 +898,7 @@ def _retry(queue: Queue, conn: Connection, job_id: int, extra: int) -> RetryResu
     if row.state not in BAD_ENDS:
         what = "is done" if row.state == "done" else f"is {row.state}, not finished"
         raise NotRetryable(
-            f"job {job_id} {what}: only failed, cancelled or upstream_failed jobs can be "
-            "retried"
+            f"job {job_id} {what}: only failed, cancelled or upstream_failed jobs can be retried"
         )
 
     info: dict[int, Any] = {int(row.id): row}
@@ -811,13 +933,12 @@ def _retry(queue: Queue, conn: Connection, job_id: int, extra: int) -> RetryResu
                 kids += list(conn.execute(lock(sa.select(*cols).where(j.c.parent_id.in_(chunk)))))
             for k in kids:
                 info[int(k.id)] = k
-            roots += [int(k.id) for k in kids
-                      if not k.is_container and k.state in ("failed", "cancelled")]
+            roots += [
+                int(k.id) for k in kids if not k.is_container and k.state in ("failed", "cancelled")
+            ]
             frontier = [int(k.id) for k in kids if k.is_container]
         if not roots:
-            raise NotRetryable(
-                f"container {job_id} holds no failed or cancelled job to retry"
-            )
+            raise NotRetryable(f"container {job_id} holds no failed or cancelled job to retry")
     else:
         roots = [job_id]
         load_deps(roots)
@@ -829,15 +950,17 @@ def _retry(queue: Queue, conn: Connection, job_id: int, extra: int) -> RetryResu
                 f"retry {_jobs_phrase(causes)} instead; that revives this job too"
             )
 
-    revived: dict[int, int] = {}          # job id -> unfinished dependencies
+    revived: dict[int, int] = {}  # job id -> unfinished dependencies
     reopened: list[int] = []
     adjust: dict[int, int] = defaultdict(int)  # container id -> children revived
     allowed = set(roots)
     order: list[int] = []
 
     def admissible(i: int) -> bool:
-        return all(state not in BAD_ENDS or dep in revived or dep in reopened
-                   for dep, state in dep_states[i].items())
+        return all(
+            state not in BAD_ENDS or dep in revived or dep in reopened
+            for dep, state in dep_states[i].items()
+        )
 
     def reopen_parents(i: int) -> list[int]:
         """Count ``i`` open again in its container; reopen containers that had ended."""
@@ -879,8 +1002,12 @@ def _retry(queue: Queue, conn: Connection, job_id: int, extra: int) -> RetryResu
         # Next wave: dependents of everything revived or reopened in this one.
         nxt: list[int] = []
         for chunk in _chunks(admitted):
-            nxt += [int(x) for x in conn.execute(
-                sa.select(d.c.job_id).where(d.c.depends_on_id.in_(chunk))).scalars()]
+            nxt += [
+                int(x)
+                for x in conn.execute(
+                    sa.select(d.c.job_id).where(d.c.depends_on_id.in_(chunk))
+                ).scalars()
+            ]
         wave = [i for i in set(nxt) if i not in revived]
         load(wave)
         wave = [i for i in wave if info[i].state == "upstream_failed" or i in allowed]
@@ -911,8 +1038,7 @@ def _retry(queue: Queue, conn: Connection, job_id: int, extra: int) -> RetryResu
                     lease_expires=None,
                     deadline=None,
                     cancel_requested=False,
-                    max_attempts=sa.case((j.c.max_attempts < bump, bump),
-                                         else_=j.c.max_attempts),
+                    max_attempts=sa.case((j.c.max_attempts < bump, bump), else_=j.c.max_attempts),
                     updated_at=now,
                 )
             )
@@ -926,8 +1052,11 @@ def _retry(queue: Queue, conn: Connection, job_id: int, extra: int) -> RetryResu
         conn.execute(
             sa.update(j)
             .where(j.c.id == container)
-            .values(open_children=j.c.open_children + n,
-                    failed_children=j.c.failed_children - n, updated_at=now)
+            .values(
+                open_children=j.c.open_children + n,
+                failed_children=j.c.failed_children - n,
+                updated_at=now,
+            )
         )
     return RetryResult(
         job_id=job_id,
@@ -951,7 +1080,8 @@ def _root_causes(conn: Connection, queue: Queue, bad: Sequence[int]) -> list[int
         causes.update(int(r.id) for r in rows if r.state != "upstream_failed")
         for chunk in _chunks(up):
             for r in conn.execute(
-                sa.select(d.c.depends_on_id).select_from(d.join(j, j.c.id == d.c.depends_on_id))
+                sa.select(d.c.depends_on_id)
+                .select_from(d.join(j, j.c.id == d.c.depends_on_id))
                 .where(d.c.job_id.in_(chunk), j.c.state.in_(BAD_ENDS))
             ).scalars():
                 if int(r) not in seen:
@@ -980,8 +1110,12 @@ class CancelResult:
         return self.before in IN_FLIGHT_STATES and self.after in IN_FLIGHT_STATES
 
     def to_json(self) -> dict[str, Any]:
-        return {"job_id": self.job_id, "before": self.before, "after": self.after,
-                "requested": self.requested}
+        return {
+            "job_id": self.job_id,
+            "before": self.before,
+            "after": self.after,
+            "requested": self.requested,
+        }
 
 
 def cancel(queue: Queue, job_id: int) -> CancelResult:
@@ -1012,8 +1146,13 @@ class PruneResult:
         return max(0, self.candidates - self.deleted)
 
     def to_json(self) -> dict[str, Any]:
-        return {"cutoff": iso(self.cutoff), "candidates": self.candidates,
-                "deleted": self.deleted, "edges_deleted": self.edges, "kept": self.kept}
+        return {
+            "cutoff": iso(self.cutoff),
+            "candidates": self.candidates,
+            "deleted": self.deleted,
+            "edges_deleted": self.edges,
+            "kept": self.kept,
+        }
 
 
 def prune(
@@ -1035,7 +1174,8 @@ def prune(
     """
     if older_than < 0 or not math.isfinite(older_than):
         raise ValueError(
-            f"older_than must be a finite, non-negative number of seconds, not {older_than!r}")
+            f"older_than must be a finite, non-negative number of seconds, not {older_than!r}"
+        )
     if batch_size < 1:
         raise ValueError(f"batch_size must be >= 1, not {batch_size!r}")
     store = queue._store
@@ -1045,8 +1185,9 @@ def prune(
 
     def start(conn: Connection) -> tuple[float, int]:
         cutoff = float(conn.execute(sa.select(store.now())).scalar_one()) - older_than
-        n = conn.execute(sa.select(sa.func.count()).where(
-            j.c.state.in_(TERMINAL), j.c.finished_at < cutoff)).scalar_one()
+        n = conn.execute(
+            sa.select(sa.func.count()).where(j.c.state.in_(TERMINAL), j.c.finished_at < cutoff)
+        ).scalar_one()
         return cutoff, int(n)
 
     cutoff, candidates = store.read(start)
@@ -1060,16 +1201,26 @@ def prune(
         stmt = sa.select(j.c.id).where(old, leaf)
         if below is not None:
             stmt = stmt.where(j.c.id < below)
-        ids = [int(x) for x in conn.execute(
-            store.dialect.lock_rows(stmt.order_by(j.c.id.desc()).limit(batch_size))).scalars()]
+        ids = [
+            int(x)
+            for x in conn.execute(
+                store.dialect.lock_rows(stmt.order_by(j.c.id.desc()).limit(batch_size))
+            ).scalars()
+        ]
         if not ids:
             return None, 0, 0
         # Re-check under the locks: a job enqueued meanwhile may depend on one of them
         # (enqueue locks the rows it depends on, so none can appear after this).
-        blocked = set(int(x) for x in conn.execute(
-            sa.select(d.c.depends_on_id).where(d.c.depends_on_id.in_(ids))).scalars())
-        blocked.update(int(x) for x in conn.execute(
-            sa.select(j.c.parent_id).where(j.c.parent_id.in_(ids))).scalars())
+        blocked = set(
+            int(x)
+            for x in conn.execute(
+                sa.select(d.c.depends_on_id).where(d.c.depends_on_id.in_(ids))
+            ).scalars()
+        )
+        blocked.update(
+            int(x)
+            for x in conn.execute(sa.select(j.c.parent_id).where(j.c.parent_id.in_(ids))).scalars()
+        )
         ok = [i for i in ids if i not in blocked]
         edges = jobs = 0
         if ok:
@@ -1092,5 +1243,6 @@ def prune(
                 break
         if this_pass == 0:
             break
-    return PruneResult(cutoff=cutoff, candidates=max(candidates, deleted), deleted=deleted,
-                       edges=edges)
+    return PruneResult(
+        cutoff=cutoff, candidates=max(candidates, deleted), deleted=deleted, edges=edges
+    )

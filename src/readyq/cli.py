@@ -18,8 +18,14 @@ from readyq.errors import ReadyqError
 
 DEFAULT_DB = "sqlite:///readyq.db"
 STATE_STYLES = {
-    "waiting": "bright_black", "ready": "cyan", "leased": "yellow", "running": "bold yellow",
-    "active": "magenta", "done": "green", "failed": "bold red", "cancelled": "bright_black",
+    "waiting": "bright_black",
+    "ready": "cyan",
+    "leased": "yellow",
+    "running": "bold yellow",
+    "active": "magenta",
+    "done": "green",
+    "failed": "bold red",
+    "cancelled": "bright_black",
     "upstream_failed": "red",
 }
 PROGRESS_THRESHOLD = 1000
@@ -41,21 +47,34 @@ class CLIError(Exception):
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="readyq", description=__doc__, epilog=EPILOG,
+        prog="readyq",
+        description=__doc__,
+        epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("-v", "--verbose", action="store_true", help="log at INFO level")
-    parser.add_argument("--db", dest="db_global", metavar="URL",
-                        help="database URL (env READYQ_DATABASE_URL; default "
-                        f"{DEFAULT_DB})")
-    parser.add_argument("--prefix", dest="prefix_global", metavar="PREFIX",
-                        help="table prefix (default readyq_)")
+    parser.add_argument(
+        "--db",
+        dest="db_global",
+        metavar="URL",
+        help=f"database URL (env READYQ_DATABASE_URL; default {DEFAULT_DB})",
+    )
+    parser.add_argument(
+        "--prefix", dest="prefix_global", metavar="PREFIX", help="table prefix (default readyq_)"
+    )
     common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("--db", default=argparse.SUPPRESS, metavar="URL",
-                        help="database URL (env READYQ_DATABASE_URL; default "
-                        f"{DEFAULT_DB})")
-    common.add_argument("--prefix", default=argparse.SUPPRESS, metavar="PREFIX",
-                        help="table prefix (default readyq_)")
+    common.add_argument(
+        "--db",
+        default=argparse.SUPPRESS,
+        metavar="URL",
+        help=f"database URL (env READYQ_DATABASE_URL; default {DEFAULT_DB})",
+    )
+    common.add_argument(
+        "--prefix",
+        default=argparse.SUPPRESS,
+        metavar="PREFIX",
+        help="table prefix (default readyq_)",
+    )
     as_json = argparse.ArgumentParser(add_help=False)
     as_json.add_argument("--json", action="store_true", help="print JSON instead of tables")
 
@@ -77,39 +96,65 @@ def _parser() -> argparse.ArgumentParser:
     demo.add_argument("--chunks", type=int, default=48, help="transforms in the batch (default 48)")
 
     p = sub.add_parser(
-        "migrate", parents=[common, as_json],
+        "migrate",
+        parents=[common, as_json],
         help="create or upgrade readyq's tables (Alembic, own version table)",
         description="Upgrade readyq's tables for the prefix to the newest revision, "
         "recording it in <prefix>alembic_version. Running it again changes nothing.",
     )
     p.add_argument("--revision", default="head", help="target revision (default head)")
     mode = p.add_mutually_exclusive_group()
-    mode.add_argument("--stamp", action="store_true",
-                      help="record the revision without running it (adopt tables made by "
-                      "Queue.create_schema())")
-    mode.add_argument("--sql", action="store_true",
-                      help="print the SQL for a fresh database of the URL's kind; run nothing")
+    mode.add_argument(
+        "--stamp",
+        action="store_true",
+        help="record the revision without running it (adopt tables made by Queue.create_schema())",
+    )
+    mode.add_argument(
+        "--sql",
+        action="store_true",
+        help="print the SQL for a fresh database of the URL's kind; run nothing",
+    )
 
-    p = sub.add_parser("enqueue", parents=[common, as_json], help="add a job; prints its id",
-                       description="Add a job (or, with --container, a container) and print "
-                       "its id.")
+    p = sub.add_parser(
+        "enqueue",
+        parents=[common, as_json],
+        help="add a job; prints its id",
+        description="Add a job (or, with --container, a container) and print its id.",
+    )
     p.add_argument("type", metavar="TYPE", help="the job type (handler name)")
     p.add_argument("--args", default=None, metavar="JSON", help="the job's args as JSON")
     p.add_argument("--group", default="default", help="fair-share group (default: default)")
     p.add_argument("--weight", type=int, default=1, help="the group's weight (default 1)")
-    p.add_argument("--priority", type=int, default=None,
-                   help="higher runs first within the group (default 0)")
-    p.add_argument("--after", type=int, nargs="+", action="extend", default=[], metavar="ID",
-                   help="job ids this job depends on")
-    p.add_argument("--parent", type=int, default=None, metavar="ID",
-                   help="the container this job belongs to")
-    p.add_argument("--run-after", default=None, metavar="SECONDS|ISO8601",
-                   help="a delay in seconds, or an ISO 8601 time (naive means UTC)")
+    p.add_argument(
+        "--priority", type=int, default=None, help="higher runs first within the group (default 0)"
+    )
+    p.add_argument(
+        "--after",
+        type=int,
+        nargs="+",
+        action="extend",
+        default=[],
+        metavar="ID",
+        help="job ids this job depends on",
+    )
+    p.add_argument(
+        "--parent", type=int, default=None, metavar="ID", help="the container this job belongs to"
+    )
+    p.add_argument(
+        "--run-after",
+        default=None,
+        metavar="SECONDS|ISO8601",
+        help="a delay in seconds, or an ISO 8601 time (naive means UTC)",
+    )
     p.add_argument("--max-attempts", type=int, default=None, help="attempts before failing")
-    p.add_argument("--timeout", type=float, default=None, metavar="SECONDS",
-                   help="per-attempt timeout")
-    p.add_argument("--container", action="store_true",
-                   help="add a container (never runs; ends when its last child ends)")
+    p.add_argument(
+        "--timeout", type=float, default=None, metavar="SECONDS", help="per-attempt timeout"
+    )
+    p.add_argument(
+        "--container",
+        action="store_true",
+        help="add a container (never runs; ends when its last child ends)",
+    )
 
     p = sub.add_parser(
         "worker",
@@ -118,46 +163,88 @@ def _parser() -> argparse.ArgumentParser:
         "its own database URL) and run queue.run_worker(). --db and --prefix are ignored "
         "here: the queue object already has its URL and prefix.",
     )
-    p.add_argument("--app", required=True, metavar="MODULE:ATTR",
-                   help="where the Queue is, e.g. myapp.jobs:queue (or a function returning one)")
-    p.add_argument("--concurrency", type=int, default=1,
-                   help="global cap on jobs in flight across all workers (default 1)")
-    p.add_argument("--lease-ttl", type=float, default=30.0, metavar="SECONDS",
-                   help="lease lifetime without a heartbeat (default 30)")
-    p.add_argument("--heartbeat-interval", type=float, default=10.0, metavar="SECONDS",
-                   help="how often leases are extended; at most half the TTL (default 10)")
-    p.add_argument("--poll-interval", type=float, default=1.0, metavar="SECONDS",
-                   help="longest wait between looks for work (default 1)")
-    p.add_argument("--until-idle", action="store_true",
-                   help="return once every job of the worker's types has ended")
-    p.add_argument("--type", dest="types", action="append", default=None, metavar="TYPE",
-                   help="run only this job type (repeatable; default: every handler)")
+    p.add_argument(
+        "--app",
+        required=True,
+        metavar="MODULE:ATTR",
+        help="where the Queue is, e.g. myapp.jobs:queue (or a function returning one)",
+    )
+    p.add_argument(
+        "--concurrency",
+        type=int,
+        default=1,
+        help="global cap on jobs in flight across all workers (default 1)",
+    )
+    p.add_argument(
+        "--lease-ttl",
+        type=float,
+        default=30.0,
+        metavar="SECONDS",
+        help="lease lifetime without a heartbeat (default 30)",
+    )
+    p.add_argument(
+        "--heartbeat-interval",
+        type=float,
+        default=10.0,
+        metavar="SECONDS",
+        help="how often leases are extended; at most half the TTL (default 10)",
+    )
+    p.add_argument(
+        "--poll-interval",
+        type=float,
+        default=1.0,
+        metavar="SECONDS",
+        help="longest wait between looks for work (default 1)",
+    )
+    p.add_argument(
+        "--until-idle",
+        action="store_true",
+        help="return once every job of the worker's types has ended",
+    )
+    p.add_argument(
+        "--type",
+        dest="types",
+        action="append",
+        default=None,
+        metavar="TYPE",
+        help="run only this job type (repeatable; default: every handler)",
+    )
     p.add_argument("--worker-id", default=None, help="worker id (default host:pid:random)")
     p.add_argument("--json", action="store_true", help="print the final stats as JSON")
     p.add_argument("--db", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
     p.add_argument("--prefix", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
 
-    sub.add_parser("status", parents=[common, as_json],
-                   help="jobs per state and group, in flight, oldest ready, workers",
-                   description="Counts per state and per group, jobs in flight, how long the "
-                   "oldest runnable job has waited, and the workers holding leases (with "
-                   "their latest heartbeat), all judged by the database clock.")
+    sub.add_parser(
+        "status",
+        parents=[common, as_json],
+        help="jobs per state and group, in flight, oldest ready, workers",
+        description="Counts per state and per group, jobs in flight, how long the "
+        "oldest runnable job has waited, and the workers holding leases (with "
+        "their latest heartbeat), all judged by the database clock.",
+    )
 
-    p = sub.add_parser("show", parents=[common, as_json],
-                       help="one job: fields, attempts, error, dependencies, dependents")
+    p = sub.add_parser(
+        "show",
+        parents=[common, as_json],
+        help="one job: fields, attempts, error, dependencies, dependents",
+    )
     p.add_argument("id", type=int, metavar="ID")
 
-    p = sub.add_parser("dag", parents=[common, as_json],
-                       help="the dependency graph around a job (tree, mermaid or dot)",
-                       description="Upstream (what the job needs, and the children of "
-                       "containers), downstream (what it unblocks, and the containers it is "
-                       "in), as a tree, a Mermaid flowchart or a Graphviz digraph.")
+    p = sub.add_parser(
+        "dag",
+        parents=[common, as_json],
+        help="the dependency graph around a job (tree, mermaid or dot)",
+        description="Upstream (what the job needs, and the children of "
+        "containers), downstream (what it unblocks, and the containers it is "
+        "in), as a tree, a Mermaid flowchart or a Graphviz digraph.",
+    )
     p.add_argument("id", type=int, metavar="ID")
     p.add_argument("--format", choices=("tree", "mermaid", "dot"), default="tree")
     p.add_argument("--max-nodes", type=int, default=200, help="largest graph shown (default 200)")
 
     p = sub.add_parser(
-        "retry", parents=[common, as_json],
+        "retry",
+        parents=[common, as_json],
         help="put a failed/cancelled/upstream_failed job back (with its dependents)",
         description="The job goes back to ready (or waiting if its dependencies are "
         "unfinished), its error cleared and its attempts kept; dependents that ended "
@@ -166,18 +253,30 @@ def _parser() -> argparse.ArgumentParser:
         "docs/cli.md.",
     )
     p.add_argument("id", type=int, metavar="ID")
-    p.add_argument("--extra-attempts", type=int, default=1, metavar="N",
-                   help="attempts granted on top of those used (default 1)")
+    p.add_argument(
+        "--extra-attempts",
+        type=int,
+        default=1,
+        metavar="N",
+        help="attempts granted on top of those used (default 1)",
+    )
 
     p = sub.add_parser("cancel", parents=[common, as_json], help="cancel a job (Queue.cancel)")
     p.add_argument("id", type=int, metavar="ID")
 
-    p = sub.add_parser("prune", parents=[common, as_json],
-                       help="delete finished jobs older than a cutoff",
-                       description="Delete jobs that finished more than --older-than ago, "
-                       "except those a remaining job depends on or is inside.")
-    p.add_argument("--older-than", required=True, metavar="DURATION",
-                   help="e.g. 7d, 12h, 30m, 1w, 1d12h or seconds")
+    p = sub.add_parser(
+        "prune",
+        parents=[common, as_json],
+        help="delete finished jobs older than a cutoff",
+        description="Delete jobs that finished more than --older-than ago, "
+        "except those a remaining job depends on or is inside.",
+    )
+    p.add_argument(
+        "--older-than",
+        required=True,
+        metavar="DURATION",
+        help="e.g. 7d, 12h, 30m, 1w, 1d12h or seconds",
+    )
     p.add_argument("--batch-size", type=int, default=500, help="jobs per transaction (default 500)")
 
     p = sub.add_parser("top", parents=[common], help="a live status view (Ctrl-C to quit)")
@@ -190,8 +289,12 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _url(args: argparse.Namespace) -> str:
-    return str(getattr(args, "db", None) or args.db_global
-               or os.environ.get("READYQ_DATABASE_URL") or DEFAULT_DB)
+    return str(
+        getattr(args, "db", None)
+        or args.db_global
+        or os.environ.get("READYQ_DATABASE_URL")
+        or DEFAULT_DB
+    )
 
 
 def _prefix(args: argparse.Namespace) -> str:
@@ -206,8 +309,11 @@ def _parse_url(url: str) -> Any:
     try:
         return sa.make_url(url)
     except sa.exc.ArgumentError:
-        raise CLIError(f"invalid database URL {url!r}: expected e.g. sqlite:///jobs.db or "
-                       "postgresql+psycopg://user@host/db", code=2) from None
+        raise CLIError(
+            f"invalid database URL {url!r}: expected e.g. sqlite:///jobs.db or "
+            "postgresql+psycopg://user@host/db",
+            code=2,
+        ) from None
 
 
 def _open(args: argparse.Namespace, *, create: bool = False) -> Any:
@@ -216,10 +322,18 @@ def _open(args: argparse.Namespace, *, create: bool = False) -> Any:
 
     url = _parse_url(_url(args))
     path = url.database
-    if (url.get_backend_name() == "sqlite" and not create and path and path != ":memory:"
-            and not path.startswith("file:") and not os.path.exists(path)):
-        raise CLIError(f"no SQLite database at {path!r}: create it with `readyq migrate "
-                       f"--db {url.render_as_string(hide_password=True)}`")
+    if (
+        url.get_backend_name() == "sqlite"
+        and not create
+        and path
+        and path != ":memory:"
+        and not path.startswith("file:")
+        and not os.path.exists(path)
+    ):
+        raise CLIError(
+            f"no SQLite database at {path!r}: create it with `readyq migrate "
+            f"--db {url.render_as_string(hide_password=True)}`"
+        )
     try:
         return Queue(url, prefix=_prefix(args))
     except ImportError as exc:
@@ -297,8 +411,9 @@ def cmd_migrate(args: argparse.Namespace) -> int:
     except CommandError as exc:
         raise CLIError(f"migration: {exc}", code=2) from None
     if args.json:
-        _print_json({"prefix": prefix, "previous": before, "revision": after,
-                     "stamped": bool(args.stamp)})
+        _print_json(
+            {"prefix": prefix, "previous": before, "revision": after, "stamped": bool(args.stamp)}
+        )
     elif before == after:
         print(f"readyq tables (prefix {prefix}) already at revision {after}")
     else:
@@ -317,8 +432,11 @@ def _run_after(text: str | None) -> Any:
     try:
         value = datetime.fromisoformat(text.strip().replace("Z", "+00:00"))
     except ValueError:
-        raise CLIError(f"--run-after {text!r} is neither a number of seconds nor an ISO 8601 "
-                       "time (e.g. 2030-01-31T09:00:00+00:00)", code=2) from None
+        raise CLIError(
+            f"--run-after {text!r} is neither a number of seconds nor an ISO 8601 "
+            "time (e.g. 2030-01-31T09:00:00+00:00)",
+            code=2,
+        ) from None
     return value if value.tzinfo else value.replace(tzinfo=timezone.utc)
 
 
@@ -331,22 +449,41 @@ def cmd_enqueue(args: argparse.Namespace) -> int:
             raise CLIError(f"--args is not valid JSON: {exc}", code=2) from None
     run_after = _run_after(args.run_after)
     if args.container:
-        given = [name for name, value in (("--priority", args.priority),
-                 ("--run-after", args.run_after), ("--max-attempts", args.max_attempts),
-                 ("--timeout", args.timeout)) if value is not None]
+        given = [
+            name
+            for name, value in (
+                ("--priority", args.priority),
+                ("--run-after", args.run_after),
+                ("--max-attempts", args.max_attempts),
+                ("--timeout", args.timeout),
+            )
+            if value is not None
+        ]
         if given:
             raise CLIError(f"{', '.join(given)} cannot be used with --container", code=2)
     queue = _open(args)
     try:
         if args.container:
-            job_id = queue.enqueue_container(args.type, payload, group=args.group,
-                                             weight=args.weight, depends_on=args.after,
-                                             parent=args.parent)
+            job_id = queue.enqueue_container(
+                args.type,
+                payload,
+                group=args.group,
+                weight=args.weight,
+                depends_on=args.after,
+                parent=args.parent,
+            )
         else:
             job_id = queue.enqueue(
-                args.type, payload, group=args.group, weight=args.weight,
-                priority=args.priority or 0, depends_on=args.after, parent=args.parent,
-                run_after=run_after, max_attempts=args.max_attempts, timeout=args.timeout,
+                args.type,
+                payload,
+                group=args.group,
+                weight=args.weight,
+                priority=args.priority or 0,
+                depends_on=args.after,
+                parent=args.parent,
+                run_after=run_after,
+                max_attempts=args.max_attempts,
+                timeout=args.timeout,
             )
         if args.json:
             _print_json({"id": job_id, "state": queue.get(job_id).state.value})
@@ -362,8 +499,9 @@ def _load_app(spec: str) -> Any:
 
     module_name, sep, attr = spec.partition(":")
     if not sep or not module_name or not attr:
-        raise CLIError(f"--app {spec!r} must look like module:attribute, e.g. myapp.jobs:queue",
-                       code=2)
+        raise CLIError(
+            f"--app {spec!r} must look like module:attribute, e.g. myapp.jobs:queue", code=2
+        )
     if os.getcwd() not in sys.path:
         sys.path.insert(0, os.getcwd())
     try:
@@ -371,15 +509,19 @@ def _load_app(spec: str) -> Any:
     except ModuleNotFoundError as exc:
         missing = exc.name or ""
         if missing and (module_name == missing or module_name.startswith(missing + ".")):
-            raise CLIError(f"--app {spec}: no module named {missing!r} (looked in the current "
-                           "directory and sys.path)", code=2) from None
+            raise CLIError(
+                f"--app {spec}: no module named {missing!r} (looked in the current "
+                "directory and sys.path)",
+                code=2,
+            ) from None
         raise
     for part in attr.split("."):
         try:
             obj = getattr(obj, part)
         except AttributeError:
-            raise CLIError(f"--app {spec}: {module_name!r} has no attribute {attr!r}",
-                           code=2) from None
+            raise CLIError(
+                f"--app {spec}: {module_name!r} has no attribute {attr!r}", code=2
+            ) from None
     if not isinstance(obj, Queue) and callable(obj):
         obj = obj()
     if not isinstance(obj, Queue):
@@ -394,24 +536,34 @@ def cmd_worker(args: argparse.Namespace) -> int:
         raise CLIError("--concurrency must be at least 1", code=2)
     queue = _load_app(args.app)
     if getattr(args, "db", None) or args.db_global:
-        print("readyq: note: --db is ignored by `worker`; the app's queue uses its own URL",
-              file=sys.stderr)
+        print(
+            "readyq: note: --db is ignored by `worker`; the app's queue uses its own URL",
+            file=sys.stderr,
+        )
     worker = queue.worker(
-        concurrency=args.concurrency, lease_ttl=args.lease_ttl,
-        heartbeat_interval=args.heartbeat_interval, poll_interval=args.poll_interval,
-        types=args.types, worker_id=args.worker_id,
+        concurrency=args.concurrency,
+        lease_ttl=args.lease_ttl,
+        heartbeat_interval=args.heartbeat_interval,
+        poll_interval=args.poll_interval,
+        types=args.types,
+        worker_id=args.worker_id,
     )
     admin.check_schema(queue)  # connects: a wrong URL or missing tables fail here, once
-    print(f"readyq worker {worker.worker_id} on {queue.database} (prefix {queue.prefix}): "
-          f"types {', '.join(worker.types)}, cap {args.concurrency}"
-          + ("" if args.until_idle else "; Ctrl-C to stop"), file=sys.stderr)
+    print(
+        f"readyq worker {worker.worker_id} on {queue.database} (prefix {queue.prefix}): "
+        f"types {', '.join(worker.types)}, cap {args.concurrency}"
+        + ("" if args.until_idle else "; Ctrl-C to stop"),
+        file=sys.stderr,
+    )
     stats = worker.run(until_idle=args.until_idle)
     if args.json:
         _print_json({"worker_id": worker.worker_id, **asdict(stats)})
     else:
-        print(f"worker {worker.worker_id} stopped: claimed {stats.claimed}, done {stats.done}, "
-              f"retried {stats.retried}, failed {stats.failed}, cancelled {stats.cancelled}, "
-              f"reclaimed {stats.reclaimed}")
+        print(
+            f"worker {worker.worker_id} stopped: claimed {stats.claimed}, done {stats.done}, "
+            f"retried {stats.retried}, failed {stats.failed}, cancelled {stats.cancelled}, "
+            f"reclaimed {stats.reclaimed}"
+        )
     return 0
 
 
@@ -424,10 +576,14 @@ def render_status(st: Any, database: str, prefix: str, *, max_rows: int | None =
 
     from readyq.admin import STATE_ORDER, iso
 
-    parts: list[Any] = [_text(
-        f"readyq on {database} (prefix {prefix}) at {iso(st.now)} (database clock): "
-        f"{st.total} jobs, {st.in_flight} in flight, {st.runnable} runnable now"
-        + (f", {st.deferred} ready but deferred" if st.deferred else ""), "bold")]
+    parts: list[Any] = [
+        _text(
+            f"readyq on {database} (prefix {prefix}) at {iso(st.now)} (database clock): "
+            f"{st.total} jobs, {st.in_flight} in flight, {st.runnable} runnable now"
+            + (f", {st.deferred} ready but deferred" if st.deferred else ""),
+            "bold",
+        )
+    ]
     present = [s for s in STATE_ORDER if st.states.get(s)]
     table = Table(title="Jobs per group and state", title_justify="left")
     table.add_column("group")
@@ -439,29 +595,48 @@ def render_status(st: Any, database: str, prefix: str, *, max_rows: int | None =
     if max_rows is not None and len(groups) > max_rows:
         hidden, groups = len(groups) - max_rows, groups[:max_rows]
     for name, counts in sorted(groups):
-        table.add_row(_text(name), *[_text(counts.get(s, 0) or "") for s in present],
-                      _text(sum(counts.values())))
+        table.add_row(
+            _text(name),
+            *[_text(counts.get(s, 0) or "") for s in present],
+            _text(sum(counts.values())),
+        )
     if hidden:
         table.add_row(_text(f"... {hidden} more groups", "bright_black"))
     table.add_section()
-    table.add_row(_text("all", "bold"), *[_text(st.states.get(s, 0), "bold") for s in present],
-                  _text(st.total, "bold"))
+    table.add_row(
+        _text("all", "bold"),
+        *[_text(st.states.get(s, 0), "bold") for s in present],
+        _text(st.total, "bold"),
+    )
     parts.append(table)
     oldest = st.oldest_ready
-    parts.append(_text(
-        "oldest runnable job: none" if oldest is None else
-        f"oldest runnable job: #{oldest.id} {oldest.type} (group {oldest.group}), "
-        f"waiting {_ago(oldest.age)}"))
+    parts.append(
+        _text(
+            "oldest runnable job: none"
+            if oldest is None
+            else f"oldest runnable job: #{oldest.id} {oldest.type} (group {oldest.group}), "
+            f"waiting {_ago(oldest.age)}"
+        )
+    )
     if st.workers:
         workers = Table(title="Workers holding leases", title_justify="left")
-        for col, just in (("worker", "left"), ("leased", "right"), ("running", "right"),
-                          ("last heartbeat", "right"), ("lease", "left")):
+        for col, just in (
+            ("worker", "left"),
+            ("leased", "right"),
+            ("running", "right"),
+            ("last heartbeat", "right"),
+            ("lease", "left"),
+        ):
             workers.add_column(col, justify=just)  # type: ignore[arg-type]
         shown = st.workers if max_rows is None else st.workers[:max_rows]
         for w in shown:
-            workers.add_row(_text(w.owner), _text(w.leased), _text(w.running),
-                            _text(f"{_ago(w.heartbeat_age)} ago"),
-                            _text("expired", "bold red") if w.expired else _text("live", "green"))
+            workers.add_row(
+                _text(w.owner),
+                _text(w.leased),
+                _text(w.running),
+                _text(f"{_ago(w.heartbeat_age)} ago"),
+                _text("expired", "bold red") if w.expired else _text("live", "green"),
+            )
         if len(shown) < len(st.workers):
             workers.add_row(_text(f"... {len(st.workers) - len(shown)} more", "bright_black"))
         parts.append(workers)
@@ -512,8 +687,9 @@ def cmd_show(args: argparse.Namespace) -> int:
     if f["timeout"] is not None:
         table.add_row("timeout", _text(f"{f['timeout']:g}s"))
     if f["is_container"]:
-        table.add_row("children", _text(", ".join(f"{k} {v}" for k, v in detail.children.items())
-                                        or "none"))
+        table.add_row(
+            "children", _text(", ".join(f"{k} {v}" for k, v in detail.children.items()) or "none")
+        )
     if detail.parent is not None:
         p = detail.parent
         table.add_row("container", _text(f"#{p.id} {p.type} [{p.state}]"))
@@ -521,8 +697,13 @@ def cmd_show(args: argparse.Namespace) -> int:
         if f[name] is not None:
             table.add_row(name, _text(_when(f[name], now)))
     if f["state"] in ("leased", "running"):
-        table.add_row("lease", _text(f"{f['lease_owner']} token {f['lease_token']}, "
-                                     f"expires {_when(f['lease_expires'], now)}"))
+        table.add_row(
+            "lease",
+            _text(
+                f"{f['lease_owner']} token {f['lease_token']}, "
+                f"expires {_when(f['lease_expires'], now)}"
+            ),
+        )
         table.add_row("heartbeat", _text(_when(f["heartbeat_at"], now)))
         if f["cancel_requested"]:
             table.add_row("cancel", _text("requested", "bold red"))
@@ -539,8 +720,11 @@ def cmd_show(args: argparse.Namespace) -> int:
         t.add_column("type")
         t.add_column("state")
         for r in refs:
-            t.add_row(_text(r.id), _text(r.type + (" (container)" if r.is_container else "")),
-                      _state(r.state))
+            t.add_row(
+                _text(r.id),
+                _text(r.type + (" (container)" if r.is_container else "")),
+                _state(r.state),
+            )
         console.print(t)
     if f["error"]:
         console.print(_text("Error:", "bold red"))
@@ -567,8 +751,9 @@ def render_tree(g: Any) -> Any:
         t.append(f"  {n.group}", style="bright_black")
         return t
 
-    def grow(branch: Any, i: int, up: bool, seen: set[int], via_container: int | None = None
-             ) -> None:
+    def grow(
+        branch: Any, i: int, up: bool, seen: set[int], via_container: int | None = None
+    ) -> None:
         if up:
             members = set(g.upstream)
             # A child repeats its container's dependencies (it inherits them): shown once,
@@ -595,15 +780,17 @@ def render_tree(g: Any) -> Any:
                 branch.add(node)
                 continue
             seen.add(j)
-            grow(branch.add(label(j, relation)), j, up, seen,
-                 i if relation == "contains " else None)
+            grow(
+                branch.add(label(j, relation)), j, up, seen, i if relation == "contains " else None
+            )
         if len(kids) > len(shown):
             rest: dict[str, int] = {}
-            for c in kids[len(shown):]:
+            for c in kids[len(shown) :]:
                 rest[g.nodes[c].state] = rest.get(g.nodes[c].state, 0) + 1
             summary = ", ".join(f"{k} {v}" for k, v in sorted(rest.items()))
-            branch.add(_text(f"... and {len(kids) - len(shown)} more children ({summary})",
-                             "bright_black"))
+            branch.add(
+                _text(f"... and {len(kids) - len(shown)} more children ({summary})", "bright_black")
+            )
 
     tree = Tree(label(g.root))
     if g.upstream:
@@ -671,8 +858,10 @@ def cmd_cancel(args: argparse.Namespace) -> int:
     if args.json:
         _print_json(result.to_json())
     elif result.requested:
-        print(f"job {args.id} is {result.after}: cancel requested; the handler sees "
-              "job.cancelled at its next heartbeat")
+        print(
+            f"job {args.id} is {result.after}: cancel requested; the handler sees "
+            "job.cancelled at its next heartbeat"
+        )
     else:
         print(f"job {args.id} cancelled ({result.before} -> {result.after})")
     return 0
@@ -692,8 +881,13 @@ class _PruneProgress:
         if self.progress is None:
             from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
-            self.progress = Progress(TextColumn("pruning"), BarColumn(), MofNCompleteColumn(),
-                                     console=_console(stderr=True), transient=True)
+            self.progress = Progress(
+                TextColumn("pruning"),
+                BarColumn(),
+                MofNCompleteColumn(),
+                console=_console(stderr=True),
+                transient=True,
+            )
             self.progress.start()
             self.task = self.progress.add_task("prune", total=total)
         self.progress.update(self.task, completed=done, total=total)
@@ -722,10 +916,15 @@ def cmd_prune(args: argparse.Namespace) -> int:
     if args.json:
         _print_json(result.to_json())
     else:
-        kept = (f"; kept {result.kept} that remaining jobs still depend on or contain"
-                if result.kept else "")
-        print(f"pruned {result.deleted} job(s) and {result.edges} dependency row(s) finished "
-              f"before {admin.iso(result.cutoff)}{kept}")
+        kept = (
+            f"; kept {result.kept} that remaining jobs still depend on or contain"
+            if result.kept
+            else ""
+        )
+        print(
+            f"pruned {result.deleted} job(s) and {result.edges} dependency row(s) finished "
+            f"before {admin.iso(result.cutoff)}{kept}"
+        )
     return 0
 
 
@@ -740,10 +939,10 @@ def cmd_top(args: argparse.Namespace) -> int:
     queue = _open(args)
     console = _console()
     try:
+
         def frame() -> Any:
             rows = max(3, (console.height - 14) // 2)
-            return render_status(admin.status(queue), queue.database, queue.prefix,
-                                 max_rows=rows)
+            return render_status(admin.status(queue), queue.database, queue.prefix, max_rows=rows)
 
         first = frame()
         if args.once:
@@ -756,8 +955,10 @@ def cmd_top(args: argparse.Namespace) -> int:
                     try:
                         live.update(frame(), refresh=True)
                     except sa.exc.DBAPIError as exc:
-                        live.update(_text(f"database error, retrying: {_db_message(exc)}",
-                                          "bold red"), refresh=True)
+                        live.update(
+                            _text(f"database error, retrying: {_db_message(exc)}", "bold red"),
+                            refresh=True,
+                        )
             except KeyboardInterrupt:
                 pass
     finally:
@@ -802,9 +1003,13 @@ def _run(args: argparse.Namespace) -> int:
     except CLIError as exc:
         message, code = str(exc), exc.code
     except SchemaNotFound as exc:
-        message, code = str(exc).replace(
-            "call Queue.create_schema() first",
-            "run `readyq migrate` (or call Queue.create_schema()) first"), 1
+        message, code = (
+            str(exc).replace(
+                "call Queue.create_schema() first",
+                "run `readyq migrate` (or call Queue.create_schema()) first",
+            ),
+            1,
+        )
     except (ConfigurationError, InvalidJob) as exc:
         message, code = str(exc), 2
     except (JobNotFound, admin.AdminError) as exc:

@@ -100,15 +100,17 @@ def measure(queue: Queue, cap: int, seconds: float) -> DemoReport:
     j, d = t.jobs, t.deps
     up = j.alias("up")
     with queue.engine.connect() as conn:
-        states = {r[0]: int(r[1]) for r in conn.execute(sa.select(j.c.state, sa.func.count()).group_by(j.c.state))}
+        states = {
+            r[0]: int(r[1])
+            for r in conn.execute(sa.select(j.c.state, sa.func.count()).group_by(j.c.state))
+        }
         edges = conn.execute(
-            sa.select(j.c.id, j.c.started_at, j.c.is_container, up.c.finished_at)
-            .select_from(d.join(j, j.c.id == d.c.job_id).join(up, up.c.id == d.c.depends_on_id))
+            sa.select(j.c.id, j.c.started_at, j.c.is_container, up.c.finished_at).select_from(
+                d.join(j, j.c.id == d.c.job_id).join(up, up.c.id == d.c.depends_on_id)
+            )
         ).all()
         runs = conn.execute(
-            sa.select(j.c.group_key, j.c.started_at, j.c.finished_at).where(
-                j.c.type == "transform"
-            )
+            sa.select(j.c.group_key, j.c.started_at, j.c.finished_at).where(j.c.type == "transform")
         ).all()
         spans = conn.execute(
             sa.select(j.c.started_at, j.c.finished_at).where(j.c.started_at.is_not(None))
@@ -126,17 +128,28 @@ def measure(queue: Queue, cap: int, seconds: float) -> DemoReport:
     window_end = min(last_start.values())
     slot = dict.fromkeys(TENANTS, 0.0)
     for r in runs:
-        slot[r.group_key] += max(0.0, min(r.finished_at, window_end) - max(r.started_at, window_start))
+        slot[r.group_key] += max(
+            0.0, min(r.finished_at, window_end) - max(r.started_at, window_start)
+        )
     total = sum(slot.values()) or 1.0
     shares = {g: v / total for g, v in slot.items()}
-    events = sorted([(s.started_at, 1) for s in spans] + [(s.finished_at, -1) for s in spans],
-                    key=lambda e: (e[0], e[1]))
+    events = sorted(
+        [(s.started_at, 1) for s in spans] + [(s.finished_at, -1) for s in spans],
+        key=lambda e: (e[0], e[1]),
+    )
     in_flight = peak = 0
     for _, delta in events:
         in_flight += delta
         peak = max(peak, in_flight)
-    return DemoReport(states=states, shares=shares, edges_checked=checked,
-                      edges_violated=violated, max_in_flight=peak, cap=cap, seconds=seconds)
+    return DemoReport(
+        states=states,
+        shares=shares,
+        edges_checked=checked,
+        edges_violated=violated,
+        max_in_flight=peak,
+        cap=cap,
+        seconds=seconds,
+    )
 
 
 def run_demo(
@@ -155,20 +168,30 @@ def run_demo(
         queue.drop_schema()
         queue.create_schema()
         ids = enqueue_pipeline(queue, chunks)
+        tenants = ", ".join(f"{k} (weight {v})" for k, v in TENANTS.items())
         console.print(
             f"[bold]readyq demo[/] on {queue.database}: {len(ids)} jobs "
-            f"(fetch → parse → {len(ids) - 4} transforms for {', '.join(f'{k} (weight {v})' for k, v in TENANTS.items())} "
+            f"(fetch → parse → {len(ids) - 4} transforms for {tenants} "
             f"in a container → report); {workers} workers sharing a cap of {cap}"
         )
-        pool = [queue.worker(concurrency=cap, poll_interval=0.05, lease_ttl=30,
-                             heartbeat_interval=5) for _ in range(workers)]
+        pool = [
+            queue.worker(concurrency=cap, poll_interval=0.05, lease_ttl=30, heartbeat_interval=5)
+            for _ in range(workers)
+        ]
         started = time.monotonic()
-        threads = [threading.Thread(target=w.run, kwargs={"until_idle": True}, daemon=True)
-                   for w in pool]
+        threads = [
+            threading.Thread(target=w.run, kwargs={"until_idle": True}, daemon=True) for w in pool
+        ]
         for thread in threads:
             thread.start()
-        with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                      TimeElapsedColumn(), console=console, transient=False) as progress:
+        with Progress(
+            TextColumn("{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            console=console,
+            transient=False,
+        ) as progress:
             task = progress.add_task("jobs finished", total=len(ids))
             while any(thread.is_alive() for thread in threads):
                 counts = queue.counts()
@@ -176,7 +199,9 @@ def run_demo(
                 progress.update(task, completed=done)
                 time.sleep(0.1)
             counts = queue.counts()
-            progress.update(task, completed=sum(v for k, v in counts.items() if JobState(k).is_terminal))
+            progress.update(
+                task, completed=sum(v for k, v in counts.items() if JobState(k).is_terminal)
+            )
         report = measure(queue, cap, time.monotonic() - started)
     finally:
         queue.close()
@@ -198,14 +223,24 @@ def print_report(report: DemoReport, console: Console) -> None:
     shares.add_column("measured", justify="right")
     total_weight = sum(TENANTS.values())
     for tenant, weight in TENANTS.items():
-        shares.add_row(tenant, str(weight), f"{weight / total_weight:.0%}",
-                       f"{report.shares.get(tenant, 0.0):.1%}")
+        shares.add_row(
+            tenant,
+            str(weight),
+            f"{weight / total_weight:.0%}",
+            f"{report.shares.get(tenant, 0.0):.1%}",
+        )
     console.print(shares)
     mark = "[green]ok[/]" if report.edges_violated == 0 else "[red]VIOLATED[/]"
-    console.print(f"dependency order: {report.edges_checked} edges checked, "
-                  f"{report.edges_violated} started before their dependency ended: {mark}")
+    console.print(
+        f"dependency order: {report.edges_checked} edges checked, "
+        f"{report.edges_violated} started before their dependency ended: {mark}"
+    )
     cap_mark = "[green]ok[/]" if report.max_in_flight <= report.cap else "[red]EXCEEDED[/]"
-    console.print(f"global cap: at most {report.max_in_flight} jobs ran at once "
-                  f"(cap {report.cap}): {cap_mark}")
-    console.print(f"finished in {report.seconds:.1f}s: " + ("[bold green]all checks passed[/]"
-                                                          if report.ok else "[bold red]checks failed[/]"))
+    console.print(
+        f"global cap: at most {report.max_in_flight} jobs ran at once "
+        f"(cap {report.cap}): {cap_mark}"
+    )
+    console.print(
+        f"finished in {report.seconds:.1f}s: "
+        + ("[bold green]all checks passed[/]" if report.ok else "[bold red]checks failed[/]")
+    )

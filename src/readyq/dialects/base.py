@@ -72,12 +72,12 @@ class Dialect(ABC):
         """
         return engine
 
-    def check_server(self) -> None:
+    def check_server(self) -> None:  # noqa: B027 - most servers need no check
         """Raise UnsupportedDatabase if the server cannot run readyq safely."""
 
     # -- transactions and locks ---------------------------------------------------------
 
-    def begin_write(self, conn: Connection) -> None:
+    def begin_write(self, conn: Connection) -> None:  # noqa: B027 - autobegin suffices
         """Start a write transaction on ``conn`` (SQLAlchemy autobegins by default)."""
 
     def lock_rows(self, stmt: sa.Select[Any]) -> sa.Select[Any]:
@@ -146,7 +146,9 @@ class Dialect(ABC):
 
     # -- lists of ids -------------------------------------------------------------------
 
-    def ids_match(self, column: sa.ColumnElement[Any], ids: Sequence[int]) -> sa.ColumnElement[bool]:
+    def ids_match(
+        self, column: sa.ColumnElement[Any], ids: Sequence[int]
+    ) -> sa.ColumnElement[bool]:
         """``column IN (ids)``."""
         return column.in_(list(ids))
 
@@ -240,9 +242,7 @@ def claim_columns(t: Tables) -> list[sa.Column[Any]]:
     ]
 
 
-def lease_values(
-    t: Tables, req: ClaimRequest, now: sa.ColumnElement[float]
-) -> dict[str, Any]:
+def lease_values(t: Tables, req: ClaimRequest, now: sa.ColumnElement[float]) -> dict[str, Any]:
     """The SET clause of a claim: a new lease, a new fencing token, one more attempt."""
     j = t.jobs
     values: dict[str, Any] = {
@@ -258,9 +258,7 @@ def lease_values(
     if req.start is not None:
         timeouts = {k: v[0] for k, v in req.start.items() if v[0] is not None}
         retries = {k: v[1] for k, v in req.start.items()}
-        by_type: Any = (
-            sa.case(timeouts, value=j.c.type, else_=sa.null()) if timeouts else sa.null()
-        )
+        by_type: Any = sa.case(timeouts, value=j.c.type, else_=sa.null()) if timeouts else sa.null()
         values.update(
             state="running",
             started_at=now,

@@ -58,7 +58,9 @@ class PostgresDialect(Dialect):
                 + ".".join(map(str, self.server_version))
             )
 
-    def ids_match(self, column: sa.ColumnElement[Any], ids: Sequence[int]) -> sa.ColumnElement[bool]:
+    def ids_match(
+        self, column: sa.ColumnElement[Any], ids: Sequence[int]
+    ) -> sa.ColumnElement[bool]:
         """``column = ANY(:ids)``: one array parameter, so the SQL text does not change with
         the number of ids and the driver can prepare it once."""
         return column == sa.any_(sa.bindparam(None, list(ids), type_=ARRAY(sa.BigInteger)))
@@ -71,10 +73,14 @@ class PostgresDialect(Dialect):
     ) -> sa.ColumnElement[bool]:
         """``(id, token) IN (SELECT * FROM unnest(:ids, :tokens))``, with two array
         parameters whatever the number of pairs."""
-        fence = sa.func.unnest(
-            sa.bindparam(None, [p[0] for p in pairs], type_=ARRAY(sa.BigInteger)),
-            sa.bindparam(None, [p[1] for p in pairs], type_=ARRAY(sa.BigInteger)),
-        ).table_valued("id", "token").render_derived(name="fence")
+        fence = (
+            sa.func.unnest(
+                sa.bindparam(None, [p[0] for p in pairs], type_=ARRAY(sa.BigInteger)),
+                sa.bindparam(None, [p[1] for p in pairs], type_=ARRAY(sa.BigInteger)),
+            )
+            .table_valued("id", "token")
+            .render_derived(name="fence")
+        )
         return sa.tuple_(id_column, token_column).in_(sa.select(fence.c.id, fence.c.token))
 
     def insert_jobs(
@@ -97,27 +103,37 @@ class PostgresDialect(Dialect):
         ids = [
             int(x)
             for x in conn.execute(
-                sa.select(sa.func.nextval(seq)).select_from(
-                    sa.func.generate_series(1, len(rows))
-                )
+                sa.select(sa.func.nextval(seq)).select_from(sa.func.generate_series(1, len(rows)))
             ).scalars()
         ]
         names = ("id", *BULK_COLUMNS, "run_after_at", "run_after_delay", "finished_offset")
         types: dict[str, Any] = {
-            "id": sa.BigInteger, "type": sa.Text, "args": sa.Text, "state": sa.Text,
-            "error": sa.Text, "is_container": sa.Boolean, "parent_id": sa.BigInteger,
-            "group_key": sa.Text, "weight": sa.Integer, "priority": sa.Integer,
-            "max_attempts": sa.Integer, "timeout": sa.Double, "pending_deps": sa.Integer,
-            "open_children": sa.Integer, "run_after_at": sa.Double,
-            "run_after_delay": sa.Double, "finished_offset": sa.Double,
+            "id": sa.BigInteger,
+            "type": sa.Text,
+            "args": sa.Text,
+            "state": sa.Text,
+            "error": sa.Text,
+            "is_container": sa.Boolean,
+            "parent_id": sa.BigInteger,
+            "group_key": sa.Text,
+            "weight": sa.Integer,
+            "priority": sa.Integer,
+            "max_attempts": sa.Integer,
+            "timeout": sa.Double,
+            "pending_deps": sa.Integer,
+            "open_children": sa.Integer,
+            "run_after_at": sa.Double,
+            "run_after_delay": sa.Double,
+            "finished_offset": sa.Double,
         }
         columns = {
-            name: [i for i in ids] if name == "id" else [r[name] for r in rows]
-            for name in names
+            name: [i for i in ids] if name == "id" else [r[name] for r in rows] for name in names
         }
-        src = sa.func.unnest(
-            *(sa.bindparam(None, columns[n], type_=ARRAY(types[n])) for n in names)
-        ).table_valued(*names).render_derived(name="src")
+        src = (
+            sa.func.unnest(*(sa.bindparam(None, columns[n], type_=ARRAY(types[n])) for n in names))
+            .table_valued(*names)
+            .render_derived(name="src")
+        )
         select = sa.select(
             *(src.c[n] for n in ("id", *BULK_COLUMNS)),
             *(sa.literal(v) for v in BULK_CONSTANTS.values()),
@@ -127,7 +143,12 @@ class PostgresDialect(Dialect):
             now + src.c.finished_offset,
         )
         target = [
-            "id", *BULK_COLUMNS, *BULK_CONSTANTS, "run_after", "created_at", "updated_at",
+            "id",
+            *BULK_COLUMNS,
+            *BULK_CONSTANTS,
+            "run_after",
+            "created_at",
+            "updated_at",
             "finished_at",
         ]
         conn.execute(sa.insert(j).from_select(target, select))
@@ -143,11 +164,15 @@ class PostgresDialect(Dialect):
         """``UPDATE ... FROM unnest(:ids, :tokens, :results)``: three array parameters
         whatever the batch size, where a CASE would bind two per row."""
         j = t.jobs
-        src = sa.func.unnest(
-            sa.bindparam(None, [r[0] for r in rows], type_=ARRAY(sa.BigInteger)),
-            sa.bindparam(None, [r[1] for r in rows], type_=ARRAY(sa.BigInteger)),
-            sa.bindparam(None, [r[2] for r in rows], type_=ARRAY(sa.Text)),
-        ).table_valued("id", "token", "result").render_derived(name="done")
+        src = (
+            sa.func.unnest(
+                sa.bindparam(None, [r[0] for r in rows], type_=ARRAY(sa.BigInteger)),
+                sa.bindparam(None, [r[1] for r in rows], type_=ARRAY(sa.BigInteger)),
+                sa.bindparam(None, [r[2] for r in rows], type_=ARRAY(sa.Text)),
+            )
+            .table_valued("id", "token", "result")
+            .render_derived(name="done")
+        )
         return (
             sa.update(j)
             .where(
@@ -164,10 +189,14 @@ class PostgresDialect(Dialect):
         if len(edges) < 50:
             super().insert_edges(conn, t, edges)
             return
-        src = sa.func.unnest(
-            sa.bindparam(None, [e["job_id"] for e in edges], type_=ARRAY(sa.BigInteger)),
-            sa.bindparam(None, [e["depends_on_id"] for e in edges], type_=ARRAY(sa.BigInteger)),
-        ).table_valued("job_id", "depends_on_id").render_derived(name="src")
+        src = (
+            sa.func.unnest(
+                sa.bindparam(None, [e["job_id"] for e in edges], type_=ARRAY(sa.BigInteger)),
+                sa.bindparam(None, [e["depends_on_id"] for e in edges], type_=ARRAY(sa.BigInteger)),
+            )
+            .table_valued("job_id", "depends_on_id")
+            .render_derived(name="src")
+        )
         conn.execute(
             sa.insert(t.deps).from_select(
                 ["job_id", "depends_on_id"], sa.select(src.c.job_id, src.c.depends_on_id)

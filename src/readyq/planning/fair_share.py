@@ -96,8 +96,7 @@ def plan_claims(
     claims: dict[str, int] = {}
     picks: list[str] = []
     clock = vclock
-    order = 0
-    for _ in range(free):
+    for order in range(1, free + 1):
         eligible = [
             d.key
             for d in demands
@@ -110,7 +109,6 @@ def plan_claims(
         start = max(clock, tag[best])
         tag[best] = start + 1.0 / by_key[best].weight
         clock = start
-        order += 1
         # Served groups queue behind the ones never served in this plan.
         seq[best] = 1 << 62 | order
         claims[best] = claims.get(best, 0) + 1

@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Sequence
-from typing import Union
 
 from readyq.errors import ConfigurationError
 
 log = logging.getLogger("readyq.limits")
 
-Limit = Union[int, Callable[[], int]]
-Limits = Union[Limit, Sequence[Limit]]
+Limit = int | Callable[[], int]
+Limits = Limit | Sequence[Limit]
 
 
 def normalize(limits: Limits) -> tuple[Limit, ...]:

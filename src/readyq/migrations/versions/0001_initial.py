@@ -111,9 +111,7 @@ def upgrade() -> None:
         sa.ForeignKeyConstraint(
             ["job_id"], [f"{jobs}.id"], name=f"{deps}_job_id_fk", ondelete="CASCADE"
         ),
-        sa.ForeignKeyConstraint(
-            ["depends_on_id"], [f"{jobs}.id"], name=f"{deps}_depends_on_id_fk"
-        ),
+        sa.ForeignKeyConstraint(["depends_on_id"], [f"{jobs}.id"], name=f"{deps}_depends_on_id_fk"),
     )
     op.create_index(f"{deps}_depends_on_id_ix", deps, ["depends_on_id"])
 
