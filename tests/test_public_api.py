@@ -4,6 +4,7 @@ import readyq
 def test_public_names_are_pinned() -> None:
     assert readyq.__all__ == sorted(readyq.__all__)
     assert readyq.__all__ == [
+        "AsyncQueue",
         "ConfigurationError",
         "DependencyCycle",
         "DependencyNotFound",

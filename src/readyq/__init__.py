@@ -32,7 +32,17 @@ from readyq.worker import Worker, WorkerStats
 
 __version__ = "0.1.0"
 
+
+def __getattr__(name: str) -> object:
+    # The asyncio API is imported on first use: plain users never load it.
+    if name == "AsyncQueue":
+        from readyq.aio import AsyncQueue
+
+        return AsyncQueue
+    raise AttributeError(f"module 'readyq' has no attribute {name!r}")
+
 __all__ = [
+    "AsyncQueue",
     "ConfigurationError",
     "DependencyCycle",
     "DependencyNotFound",

@@ -34,7 +34,10 @@ def encode(value: Any, *, max_bytes: int, what: str = "args") -> str:
         text = json.dumps(value, allow_nan=False, separators=(",", ":"), ensure_ascii=False)
     except (TypeError, ValueError) as exc:
         raise PayloadNotJSON(f"{what} are not JSON-serialisable: {exc}") from None
-    size = len(text.encode("utf-8"))
+    try:
+        size = len(text.encode("utf-8"))
+    except UnicodeEncodeError:  # a lone surrogate: not storable as UTF-8 anywhere
+        raise PayloadNotJSON(f"{what} hold a string that is not valid Unicode") from None
     if size > max_bytes:
         raise PayloadTooLarge(f"{what} take {size} bytes as JSON, over the limit of {max_bytes}")
     return text

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import time
 import numbers
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
@@ -96,6 +97,14 @@ def _key(value: Any, what: str) -> str:
         raise InvalidJobOption(f"{what} must be a non-empty string of at most {MAX_KEY_CHARS} characters, not {value!r}")
     if "\x00" in value:  # PostgreSQL text cannot hold NUL; refuse it on every database
         raise InvalidJobOption(f"{what} must not contain NUL characters, not {value!r}")
+    # MySQL/MariaDB collations are PAD SPACE ('a' = 'a '): a key with edge whitespace
+    # would match another key there and not elsewhere, so it is refused everywhere.
+    if value != value.strip():
+        raise InvalidJobOption(f"{what} must not start or end with whitespace, not {value!r}")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:  # lone surrogates: no database can store them
+        raise InvalidJobOption(f"{what} is not valid Unicode: {value!r}") from None
     return value
 
 
@@ -140,6 +149,7 @@ class Queue:
         max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
         default_max_attempts: int = DEFAULT_MAX_ATTEMPTS,
         engine_options: dict[str, Any] | None = None,
+        listen: bool | None = None,
     ) -> None:
         validate_prefix(prefix)
         if isinstance(max_payload_bytes, bool) or not isinstance(max_payload_bytes, int) or max_payload_bytes <= 0:
@@ -157,6 +167,11 @@ class Queue:
         self.max_payload_bytes = max_payload_bytes
         self.default_max_attempts = default_max_attempts
         self._store = Store(engine, prefix, owned=owned)
+        # PostgreSQL LISTEN/NOTIFY wake-up (None: on where the database has it).
+        self.listen = listen
+        from readyq.wakeup import install_notify
+
+        install_notify(self._store, listen)
         self._handlers: dict[str, HandlerSpec] = {}
         self._closed = False
 
@@ -483,6 +498,36 @@ class Queue:
         self._check_open()
         return self._store.counts()
 
+    def wait(
+        self,
+        job_id: int,
+        timeout: float | timedelta | None = None,
+        *,
+        poll_interval: float = 0.1,
+    ) -> JobInfo:
+        """Block until the job reaches a terminal state; return it.
+
+        Polls the database (the only state) with a growing interval up to
+        ``poll_interval``. Raises ``TimeoutError`` if ``timeout`` passes first and
+        :class:`JobNotFound` for an unknown id. It returns failed, cancelled and
+        upstream_failed jobs as well: check ``info.state``.
+        """
+        self._check_open()
+        limit = _seconds(timeout, "timeout", allow_zero=True)
+        deadline = None if limit is None else time.monotonic() + limit
+        delay = min(0.01, poll_interval)
+        while True:
+            info = self._store.get(_job_id(job_id, "job id"))
+            if info.is_terminal:
+                return info
+            if deadline is not None and time.monotonic() >= deadline:
+                raise TimeoutError(
+                    f"job {job_id} is still {info.state.value} after {limit:g}s"
+                )
+            pause = delay if deadline is None else min(delay, max(0.0, deadline - time.monotonic()))
+            time.sleep(pause)
+            delay = min(delay * 2, poll_interval)
+
     # -- workers ---------------------------------------------------------------------------------
 
     def worker(
@@ -495,6 +540,7 @@ class Queue:
         types: Sequence[str] | None = None,
         worker_id: str | None = None,
         max_running: int | None = None,
+        shutdown_grace: float | timedelta = 0.0,
     ) -> Any:
         """Build a :class:`readyq.Worker` over this queue's handlers (see run_worker)."""
         from readyq.worker import Worker
@@ -509,6 +555,7 @@ class Queue:
             types=types,
             worker_id=worker_id,
             max_running=max_running,
+            shutdown_grace=shutdown_grace,
         )
 
     def run_worker(
@@ -522,6 +569,7 @@ class Queue:
         types: Sequence[str] | None = None,
         worker_id: str | None = None,
         max_running: int | None = None,
+        shutdown_grace: float | timedelta = 0.0,
     ) -> Any:
         """Run jobs until stopped (or, with ``until_idle``, until none is left to run).
 
@@ -538,6 +586,9 @@ class Queue:
             max_running: most jobs this process runs at once (default: the whole cap).
                 The cap is global, so without it one process may take every slot; set it
                 to spread work over processes or hosts.
+            shutdown_grace: seconds that SIGTERM/SIGINT (handled while this runs in the
+                main thread) give running jobs to finish; the rest are then handed back
+                at once, uncharged. A second signal hands them back immediately.
 
         Returns the worker's :class:`readyq.WorkerStats`.
         """
@@ -549,4 +600,5 @@ class Queue:
             types=types,
             worker_id=worker_id,
             max_running=max_running,
+            shutdown_grace=shutdown_grace,
         ).run(until_idle=until_idle)

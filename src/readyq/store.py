@@ -143,6 +143,24 @@ class LeaseStatus:
     cancel_requested: bool
 
 
+def retry_pause(
+    dialect: Dialect,
+    exc: BaseException,
+    attempt: int,
+    tx_retries: int,
+    *,
+    committing: bool = False,
+    idempotent: bool = True,
+) -> float | None:
+    """Seconds to wait before running a failed unit again, or None to raise.
+
+    Shared by the sync and asyncio stores, so both retry the same errors the same way.
+    """
+    if not dialect.is_retryable(exc) or attempt > tx_retries or (committing and not idempotent):
+        return None
+    return float(min(2.0, 0.005 * (2 ** min(attempt, 9))) * (0.5 + random.random()))
+
+
 def _truncate(text: str | None) -> str | None:
     if text is None or len(text) <= MAX_ERROR_CHARS:
         return text
@@ -172,6 +190,9 @@ class Store:
         self.clock_offset = 0.0
         # Test hook: called with the connection inside each claim transaction.
         self.on_claim_transaction: Callable[[Connection], None] | None = None
+        # Called inside a transaction that made jobs ready (enqueue, or a completion that
+        # releases dependents); readyq.wakeup sends a NOTIFY from it on PostgreSQL.
+        self.on_ready: Callable[[Connection], None] | None = None
 
     # -- plumbing -----------------------------------------------------------------------
 
@@ -240,13 +261,12 @@ class Store:
             except sa.exc.DBAPIError as exc:
                 self._translate(exc)
                 attempt += 1
-                if (
-                    not dialect.is_retryable(exc)
-                    or attempt > self.tx_retries
-                    or (committing and not idempotent)
-                ):
+                delay = retry_pause(
+                    dialect, exc, attempt, self.tx_retries,
+                    committing=committing, idempotent=idempotent,
+                )
+                if delay is None:
                     raise
-                delay = min(2.0, 0.005 * (2 ** min(attempt, 9))) * (0.5 + random.random())
                 log.debug("%s: retrying after %s (attempt %d)", what, exc.__class__.__name__,
                           attempt)
                 time.sleep(delay)
@@ -264,9 +284,10 @@ class Store:
             except sa.exc.DBAPIError as exc:
                 self._translate(exc)
                 attempt += 1
-                if not dialect.is_retryable(exc) or attempt > self.tx_retries:
+                delay = retry_pause(dialect, exc, attempt, self.tx_retries)
+                if delay is None:
                     raise
-                time.sleep(min(2.0, 0.005 * (2 ** min(attempt, 9))) * (0.5 + random.random()))
+                time.sleep(delay)
 
     # -- schema -------------------------------------------------------------------------
 
@@ -460,6 +481,8 @@ class Store:
         ]
         if born_bad:
             self._propagate(conn, born_bad)
+        if self.on_ready is not None and any(b[0] is JobState.READY for b in born):
+            self.on_ready(conn)
         return ids
 
     @staticmethod
@@ -727,6 +750,8 @@ class Store:
             )
             if state is JobState.UPSTREAM_FAILED:
                 self._propagate(conn, [(new_id, state.value, job.parent)])
+        if state is JobState.READY and self.on_ready is not None:
+            self.on_ready(conn)
         return new_id
 
     # -- propagation --------------------------------------------------------------------
@@ -759,6 +784,8 @@ class Store:
                 by_count: dict[int, list[int]] = defaultdict(list)
                 for dependent, n in edges.items():
                     by_count[n].append(int(dependent))
+                if by_count and self.on_ready is not None:
+                    self.on_ready(conn)
                 for n, ids in sorted(by_count.items()):
                     # SET order matters on MySQL, which evaluates assignments left to right
                     # with already-updated values: decide the state from the old counter.

@@ -14,6 +14,7 @@ import logging
 import os
 import queue
 import secrets
+import signal
 import socket
 import threading
 import time
@@ -129,6 +130,38 @@ class _HandlerPool:
             self._tasks.put(None)
 
 
+def done_outcome(c: ClaimedJob, value: Any, max_bytes: int) -> Outcome:
+    """The outcome of an attempt whose handler returned ``value``.
+
+    Raises ValueError when the value cannot be stored; the caller treats that as the
+    handler's failure.
+    """
+    try:
+        result_json = encode(value, max_bytes=max_bytes, what="result")
+    except InvalidJob as exc:
+        raise ValueError(str(exc)) from None
+    return Outcome(job=c, kind="done", result_json=result_json)
+
+
+def failed_outcome(c: ClaimedJob, job: Job, spec: HandlerSpec, exc: BaseException) -> Outcome:
+    """The outcome of an attempt whose handler raised ``exc``: cancel, retry or fail.
+
+    Shared by the thread worker and the asyncio worker.
+    """
+    error = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+    if job.cancelled:
+        outcome = Outcome(job=c, kind="cancel", error=error)
+    elif c.attempt < c.max_attempts:
+        delay = retry_delay(c.attempt, base=spec.retry_base, maximum=spec.retry_max)
+        outcome = Outcome(job=c, kind="retry", error=error, delay=delay)
+    else:
+        outcome = Outcome(job=c, kind="fail", error=error)
+    log.info("job %d (%s) attempt %d raised %s", c.id, c.type, c.attempt,
+             exc.__class__.__name__,
+             extra={"job_id": c.id, "job_type": c.type, "attempt": c.attempt, "group": c.group})
+    return outcome
+
+
 def _as_seconds(value: float | timedelta, what: str) -> float:
     seconds = value.total_seconds() if isinstance(value, timedelta) else value
     if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or seconds <= 0:
@@ -156,6 +189,7 @@ class Worker:
         types: Any = None,
         worker_id: str | None = None,
         max_running: int | None = None,
+        shutdown_grace: float | timedelta = 0.0,
     ) -> None:
         self.queue = queue
         self.store = queue._store
@@ -168,6 +202,22 @@ class Worker:
         ):
             raise ConfigurationError(f"max_running must be an int >= 1, not {max_running!r}")
         self.max_running = max_running
+        grace = (
+            shutdown_grace.total_seconds()
+            if isinstance(shutdown_grace, timedelta)
+            else shutdown_grace
+        )
+        if (
+            isinstance(grace, bool)
+            or not isinstance(grace, (int, float))
+            or not 0 <= grace < float("inf")
+        ):
+            raise ConfigurationError(
+                f"shutdown_grace must be a duration >= 0, not {shutdown_grace!r}"
+            )
+        # Seconds that SIGTERM/SIGINT give running jobs to finish before they are handed back.
+        self.shutdown_grace = float(grace)
+        self._grace_until: float | None = None
         if self.heartbeat_interval * 2 > self.lease_ttl:
             raise ConfigurationError(
                 f"heartbeat_interval ({self.heartbeat_interval:g}s) must be at most half of "
@@ -198,8 +248,17 @@ class Worker:
 
     # -- the loop -----------------------------------------------------------------------
 
-    def stop(self) -> None:
-        """Ask the loop to stop after the current tick; running jobs are handed back."""
+    def stop(self, grace: float = 0.0) -> None:
+        """Stop claiming; running jobs get ``grace`` seconds to finish and be recorded.
+
+        The loop keeps heartbeating and recording outcomes meanwhile. Jobs still running
+        when the grace period is over are handed back at once: ready again, no attempt
+        charged, no lease to wait for (their handlers see ``job.lease_lost``). Calling
+        it again can only shorten the grace period.
+        """
+        until = time.monotonic() + max(0.0, float(grace))
+        if self._grace_until is None or until < self._grace_until:
+            self._grace_until = until
         self._stop.set()
         self._inbox.wake.set()
 
@@ -208,10 +267,19 @@ class Worker:
         """Attempts this worker holds a lease for."""
         return len(self._running)
 
-    def run(self, *, until_idle: bool = False) -> WorkerStats:
-        """Loop until ``stop()`` (or idle, with ``until_idle``); return the counters."""
+    def run(self, *, until_idle: bool = False, handle_signals: bool = True) -> WorkerStats:
+        """Loop until ``stop()`` (or idle, with ``until_idle``); return the counters.
+
+        With ``handle_signals`` and in the main thread, SIGTERM and SIGINT call
+        ``stop(shutdown_grace)`` (a second signal ends the grace period at once); the
+        previous handlers are restored on return.
+        """
         log.info("worker %s started (types: %s)", self.worker_id, ", ".join(self.types))
         backoff = 0.0
+        previous = self._install_signals() if handle_signals else {}
+        from readyq.wakeup import start_listener
+
+        listener = start_listener(self)
         try:
             while not self._stop.is_set():
                 try:
@@ -231,13 +299,60 @@ class Worker:
                 if until_idle and self._idle(tick):
                     break
                 self._sleep(tick)
+            self._drain()
         except KeyboardInterrupt:
             log.info("worker %s interrupted", self.worker_id)
             self._stop.set()
         finally:
-            self._shutdown()
+            if listener is not None:
+                listener.stop()
+            try:
+                self._shutdown()
+            finally:
+                for sig, handler in previous.items():
+                    signal.signal(sig, signal.SIG_DFL if handler is None else handler)
         log.info("worker %s stopped: %s", self.worker_id, self.stats)
         return self.stats
+
+    def _install_signals(self) -> dict[int, Any]:
+        if threading.current_thread() is not threading.main_thread():
+            return {}
+
+        def on_signal(signum: int, frame: Any) -> None:
+            self.stop(0.0 if self._stop.is_set() else self.shutdown_grace)
+
+        previous: dict[int, Any] = {}
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            previous[sig] = signal.signal(sig, on_signal)
+        return previous
+
+    def _drain(self) -> None:
+        """After ``stop(grace)``: claim nothing, keep heartbeating and recording outcomes
+        until every running attempt is recorded or the grace period is over."""
+        if self._grace_until is None:
+            return
+        if self._running:
+            log.info("worker %s stopping: %d running job(s) get %.1fs to finish",
+                     self.worker_id, len(self._running),
+                     max(0.0, self._grace_until - time.monotonic()))
+        backoff = 0.0
+        while self._running or self._inbox.outcomes:
+            left = self._grace_until - time.monotonic()
+            if left <= 0:
+                return
+            try:
+                self.run_once()
+                backoff = 0.0
+            except sa.exc.DBAPIError as exc:
+                self.stats.db_errors += 1
+                backoff = min(max(backoff * 2, 0.1), 5.0)
+                log.warning("worker %s: database error while stopping: %s", self.worker_id,
+                            exc.__class__.__name__)
+                time.sleep(min(backoff, left))
+                continue
+            if self._running and not self._inbox.outcomes:
+                self._inbox.wake.wait(min(self._wait_time(), left))
+                self._inbox.wake.clear()
 
     def _idle(self, tick: TickResult) -> bool:
         if self._running or self._inbox.outcomes or tick.claimed:
@@ -310,7 +425,7 @@ class Worker:
                 limit=free,
                 ttl=self.lease_ttl,
                 types=self.types,
-                start=self._start_policy,
+                start=self._start_policies,
             )
         except BaseException:
             self._inbox.outcomes.extendleft(reversed(outcomes))
@@ -328,10 +443,10 @@ class Worker:
 
     # -- steps --------------------------------------------------------------------------
 
-    def _start_policy(self, c: ClaimedJob) -> tuple[float | None, bool]:
-        """The deadline and timeout policy of a job about to start."""
-        spec = self.handlers[c.type]
-        return (c.timeout if c.timeout is not None else spec.timeout, spec.retry_on_timeout)
+    @property
+    def _start_policies(self) -> dict[str, tuple[float | None, bool]]:
+        """Per job type: the handler's timeout and timeout policy, applied at start."""
+        return {t: (self.handlers[t].timeout, self.handlers[t].retry_on_timeout) for t in self.types}
 
     def _launch(self, claimed: list[ClaimedJob]) -> None:
         self.stats.claimed += len(claimed)
@@ -369,22 +484,9 @@ class Worker:
                 value = asyncio.run(spec.fn(job))
             else:
                 value = spec.fn(job)
-            try:
-                result_json = encode(value, max_bytes=self.queue.max_payload_bytes, what="result")
-            except InvalidJob as exc:
-                raise ValueError(str(exc)) from None
-            outcome = Outcome(job=c, kind="done", result_json=result_json)
+            outcome = done_outcome(c, value, self.queue.max_payload_bytes)
         except BaseException as exc:  # a handler's failure, whatever it is, fails the attempt
-            error = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
-            if job.cancelled:
-                outcome = Outcome(job=c, kind="cancel", error=error)
-            elif c.attempt < c.max_attempts:
-                delay = retry_delay(c.attempt, base=spec.retry_base, maximum=spec.retry_max)
-                outcome = Outcome(job=c, kind="retry", error=error, delay=delay)
-            else:
-                outcome = Outcome(job=c, kind="fail", error=error)
-            log.info("job %d (%s) attempt %d raised %s", c.id, c.type, c.attempt,
-                     exc.__class__.__name__, extra=extra)
+            outcome = failed_outcome(c, job, spec, exc)
             if not isinstance(exc, Exception):
                 self._inbox.outcomes.append(outcome)
                 self._inbox.wake.set()

@@ -122,3 +122,21 @@ def test_a_large_batch_keeps_ids_in_the_given_order(queue: readyq.Queue) -> None
     assert queue.get(ids[6]).state is JobState.READY
     assert queue.get(ids[5]).state is JobState.WAITING
     assert _rows(queue) == (700, 600)
+
+
+def test_wait_returns_the_finished_job_or_times_out(queue: readyq.Queue) -> None:
+    @queue.handler("step")
+    def step(job: readyq.Job) -> int:
+        return 7
+
+    job_id = queue.enqueue("step")
+    with pytest.raises(TimeoutError, match="still ready"):
+        queue.wait(job_id, timeout=0.05)
+    worker = queue.worker(concurrency=1, poll_interval=0.02)
+    thread = threading.Thread(target=worker.run, kwargs={"until_idle": True})
+    thread.start()
+    info = queue.wait(job_id, timeout=30)
+    thread.join(30)
+    assert (info.state, info.result) == (JobState.DONE, 7)
+    with pytest.raises(readyq.JobNotFound):
+        queue.wait(10**9, timeout=1)

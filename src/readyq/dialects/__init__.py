@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from sqlalchemy.engine import Engine
+from sqlalchemy.engine import Connection, Engine
 
 from readyq.dialects.base import Capabilities, ClaimRequest, Dialect
 from readyq.dialects.mysql import MySQLDialect
@@ -19,6 +19,7 @@ __all__ = [
     "SQLiteDialect",
     "dialect_class",
     "dialect_for",
+    "dialect_from_connection",
 ]
 
 
@@ -41,14 +42,20 @@ def dialect_for(engine: Engine) -> Dialect:
     A MariaDB server is recognised from its version string after connecting, whether the
     URL says ``mysql+...`` or ``mariadb+...``.
     """
-    cls = dialect_class(engine.dialect.name)
     with engine.connect() as conn:
-        version = tuple(conn.dialect.server_version_info or ())
-        dialect: Dialect
-        if cls is MySQLDialect:
-            dialect = MySQLDialect(version, is_mariadb=bool(conn.dialect.is_mariadb))
-        else:
-            dialect = cls(version)
+        dialect = dialect_from_connection(conn)
         conn.rollback()
+    return dialect
+
+
+def dialect_from_connection(conn: Connection) -> Dialect:
+    """The dialect for the server behind an open connection, version checked."""
+    cls = dialect_class(conn.dialect.name)
+    version = tuple(conn.dialect.server_version_info or ())
+    dialect: Dialect
+    if cls is MySQLDialect:
+        dialect = MySQLDialect(version, is_mariadb=bool(conn.dialect.is_mariadb))
+    else:
+        dialect = cls(version)
     dialect.check_server()
     return dialect

@@ -1,0 +1,178 @@
+"""Waking workers at once on PostgreSQL with LISTEN/NOTIFY; polling stays the floor.
+
+A transaction that makes jobs ready (an enqueue, or a completion that releases
+dependents) runs ``NOTIFY <prefix>wake`` inside that transaction: PostgreSQL delivers it
+at commit and drops it on rollback, and the payload is empty (no job data travels this
+way). A listening worker keeps one dedicated connection in a thread; each notification
+sets the worker's wake event, so many notifications coalesce into one tick.
+
+Every worker still polls at ``poll_interval``: a lost notification only costs latency.
+The listener falls back to polling (and says so in the log) when the database has no
+LISTEN (SQLite, MySQL/MariaDB), when the driver is missing, when LISTEN does not hold
+(``pg_listening_channels()`` lacks the channel, e.g. behind a transaction-pooling proxy),
+and while its connection is down; it reconnects with backoff, LISTENs again and then
+triggers one re-scan, for whatever was enqueued while it was away.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection
+
+if TYPE_CHECKING:
+    from readyq.store import Store
+    from readyq.worker import Worker
+
+log = logging.getLogger("readyq.wakeup")
+
+RECONNECT_MIN = 0.1
+RECONNECT_MAX = 5.0
+# How often the listener thread looks at its stop flag while no notification arrives.
+POLL_STOP = 0.25
+
+
+def channel_for(prefix: str) -> str:
+    """The notification channel of a table prefix (prefixes are plain identifiers)."""
+    return f"{prefix}wake"
+
+
+def _wants(store: Store, listen: bool | None) -> bool:
+    return listen is not False and store.dialect.capabilities.listen_notify
+
+
+def install_notify(store: Store, listen: bool | None) -> None:
+    """Make ``store`` NOTIFY its channel from transactions that make jobs ready."""
+    if listen is False:
+        store.on_ready = None
+        return
+    channel = channel_for(store.tables.jobs.name[: -len("jobs")])
+    stmt = sa.text("SELECT pg_notify(:channel, '')").bindparams(channel=channel)
+
+    def notify(conn: Connection) -> None:
+        if _wants(store, listen):
+            conn.execute(stmt)
+
+    store.on_ready = notify
+
+
+def conninfo_for(url: sa.URL) -> str:
+    """A libpq URI for a SQLAlchemy PostgreSQL URL, whatever its driver."""
+    return url.set(drivername="postgresql").render_as_string(hide_password=False)
+
+
+class Listener:
+    """LISTEN on one channel from a dedicated connection in a daemon thread.
+
+    ``on_wake`` is called (from the thread) for every notification, and once after each
+    reconnection. ``pid`` is the backend pid of the live connection (None while down).
+    """
+
+    def __init__(
+        self,
+        conninfo: str,
+        channel: str,
+        on_wake: Callable[[], None],
+        *,
+        connect: Callable[[str], Any] | None = None,
+    ) -> None:
+        self.conninfo = conninfo
+        self.channel = channel
+        self.on_wake = on_wake
+        self._connect = connect
+        self.pid: int | None = None
+        self.connections = 0
+        self.unavailable: str | None = None
+        self.listening = threading.Event()
+        self._stop = threading.Event()
+        self._conn: Any = None
+        self._thread = threading.Thread(target=self._run, name="readyq-listen", daemon=True)
+
+    def start(self) -> Listener:
+        self._thread.start()
+        return self
+
+    def stop(self, timeout: float = 2.0) -> None:
+        self._stop.set()
+        self._thread.join(timeout)
+
+    def _open(self) -> Any:
+        if self._connect is not None:
+            return self._connect(self.conninfo)
+        import psycopg
+
+        return psycopg.connect(self.conninfo, autocommit=True, connect_timeout=5)
+
+    def _run(self) -> None:
+        backoff = RECONNECT_MIN
+        while not self._stop.is_set():
+            conn = None
+            try:
+                conn = self._open()
+                conn.execute(f'LISTEN "{self.channel}"')
+                channels = [r[0] for r in conn.execute("SELECT pg_listening_channels()")]
+                if self.channel not in channels:
+                    self.unavailable = "LISTEN did not hold (a transaction-pooling proxy?)"
+                    log.warning(
+                        "LISTEN on %r is unavailable: pg_listening_channels() does not list "
+                        "it (a transaction-pooling proxy?); polling only", self.channel,
+                    )
+                    return
+                self.pid = int(conn.info.backend_pid)
+                self.connections += 1
+                backoff = RECONNECT_MIN
+                self.listening.set()
+                if self.connections > 1:
+                    log.info("listener on %r is back; re-scanning", self.channel)
+                    self.on_wake()
+                while not self._stop.is_set():
+                    for _ in conn.notifies(timeout=POLL_STOP, stop_after=1):
+                        self.on_wake()
+            except Exception as exc:
+                self.listening.clear()
+                self.pid = None
+                if self._stop.is_set():
+                    return
+                log.warning(
+                    "listener on %r lost its connection (%s); polling, reconnecting in %.1fs",
+                    self.channel, exc.__class__.__name__, backoff,
+                )
+                self._stop.wait(backoff)
+                backoff = min(backoff * 2, RECONNECT_MAX)
+            finally:
+                self.listening.clear()
+                self.pid = None
+                if conn is not None:
+                    with contextlib.suppress(Exception):  # closing a dead connection
+                        conn.close()
+
+
+def start_listener(worker: Worker) -> Listener | None:
+    """Start the listener a worker wants, or None to poll only."""
+    store = worker.store
+    listen = getattr(worker.queue, "listen", None)
+    if listen is False:
+        return None
+    if not store.dialect.capabilities.listen_notify:
+        if listen:
+            log.info("%s has no LISTEN/NOTIFY: polling only", store.dialect.name)
+        return None
+    try:
+        import psycopg  # noqa: F401
+    except ImportError:
+        log.warning("LISTEN needs the psycopg driver, which is not installed: polling only")
+        return None
+    raw = getattr(store, "_raw_engine", None)
+    url = raw.url if raw is not None else store.engine.url
+    listener = Listener(
+        conninfo_for(url),
+        channel_for(store.tables.jobs.name[: -len("jobs")]),
+        worker._inbox.wake.set,
+    )
+    worker._listener = listener  # type: ignore[attr-defined]
+    return listener.start()
