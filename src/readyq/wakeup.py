@@ -38,8 +38,17 @@ POLL_STOP = 0.25
 
 
 def channel_for(prefix: str) -> str:
-    """The notification channel of a table prefix (prefixes are plain identifiers)."""
+    """The base of a prefix's notification channel (prefixes are plain identifiers).
+
+    Notifications are database-wide, so the channel also carries a hash of the schema
+    the tables live in (``SCHEMA_SUFFIX``, evaluated by the server): queues with the same
+    prefix in two schemas of one database do not wake each other.
+    """
     return f"{prefix}wake"
+
+
+# Appended in SQL to the base name, on both the NOTIFY and the LISTEN side.
+SCHEMA_SUFFIX = "'_' || left(md5(current_schema()), 8)"
 
 
 def _wants(store: Store, listen: bool | None) -> bool:
@@ -52,7 +61,9 @@ def install_notify(store: Store, listen: bool | None) -> None:
         store.on_ready = None
         return
     channel = channel_for(store.tables.jobs.name[: -len("jobs")])
-    stmt = sa.text("SELECT pg_notify(:channel, '')").bindparams(channel=channel)
+    # text(): pg_notify and current_schema() exist on PostgreSQL only, the one database
+    # whose capabilities enable this.
+    stmt = sa.text(f"SELECT pg_notify(:channel || {SCHEMA_SUFFIX}, '')").bindparams(channel=channel)
 
     def notify(conn: Connection) -> None:
         if _wants(store, listen):
@@ -114,13 +125,15 @@ class Listener:
             conn = None
             try:
                 conn = self._open()
+                # The channel is a validated prefix plus hex digits: a safe identifier.
                 conn.execute(f'LISTEN "{self.channel}"')
                 channels = [r[0] for r in conn.execute("SELECT pg_listening_channels()")]
                 if self.channel not in channels:
                     self.unavailable = "LISTEN did not hold (a transaction-pooling proxy?)"
                     log.warning(
                         "LISTEN on %r is unavailable: pg_listening_channels() does not list "
-                        "it (a transaction-pooling proxy?); polling only", self.channel,
+                        "it (a transaction-pooling proxy?); polling only",
+                        self.channel,
                     )
                     return
                 self.pid = int(conn.info.backend_pid)
@@ -140,7 +153,9 @@ class Listener:
                     return
                 log.warning(
                     "listener on %r lost its connection (%s); polling, reconnecting in %.1fs",
-                    self.channel, exc.__class__.__name__, backoff,
+                    self.channel,
+                    exc.__class__.__name__,
+                    backoff,
                 )
                 self._stop.wait(backoff)
                 backoff = min(backoff * 2, RECONNECT_MAX)
@@ -169,10 +184,14 @@ def start_listener(worker: Worker) -> Listener | None:
         return None
     raw = getattr(store, "_raw_engine", None)
     url = raw.url if raw is not None else store.engine.url
-    listener = Listener(
-        conninfo_for(url),
-        channel_for(store.tables.jobs.name[: -len("jobs")]),
-        worker._inbox.wake.set,
+    # The schema is the one the store's own connections see (their search_path may come
+    # from connect arguments the listener's connection does not share).
+    base = channel_for(store.tables.jobs.name[: -len("jobs")])
+    channel = store.read(
+        lambda conn: conn.execute(
+            sa.text(f"SELECT :base || {SCHEMA_SUFFIX}"), {"base": base}
+        ).scalar_one()
     )
+    listener = Listener(conninfo_for(url), channel, worker._inbox.wake.set)
     worker._listener = listener  # type: ignore[attr-defined]
     return listener.start()
