@@ -1,0 +1,742 @@
+"""A model-based test: Hypothesis drives the Store directly and a plain-Python model of
+the specification predicts every row; after every step the database equals the model and
+the invariants hold.
+
+Rules: enqueue (dependencies, containers, nested containers, timeouts), claim
+(``store.claim``, which leases, and ``store.cycle`` with ``start``, which claims and
+starts in one statement), ``store.mark_running``, heartbeats, outcomes (``done``,
+``retry``, ``fail``, ``cancel``, ``release``; through ``store.finish`` or
+``store.cycle``, which records them and claims in one transaction), ``store.cancel``,
+advancing the database clock (``store.clock_offset``), ``store.reclaim`` (expired leases
+and passed deadlines), and stale writers: an old lease finishing or heartbeating after it
+was reclaimed, re-claimed or finished, which must change nothing.
+
+Time: every instant readyq writes is ``db_now + duration``. Each write is bracketed by two
+reads of the database clock, the row's instant must fall inside the bracket, and the
+model then adopts the exact value. Before a claim or a sweep, if an instant the decision
+depends on is within half a second of now, the clock is moved past it, so that real time
+elapsing during a step cannot make the model and the database disagree.
+
+Invariants after every step: the model's rows; terminal rows write-once (state, result,
+error, attempts, lease, finished_at; ``pending_deps`` is bookkeeping and may move);
+attempts never above max_attempts nor above the lease token, tokens never going back;
+in-flight states carry a lease (running: started_at too), other states none; waiting
+means pending dependencies, ready means every dependency done; an active container
+has unfinished children or none at all; fenced writes report lost and change nothing.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+import pytest
+import sqlalchemy as sa
+from hypothesis import HealthCheck, Phase, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
+from hypothesis.stateful import run_state_machine_as_test
+
+import readyq
+from readyq.errors import DependencyCycle
+from readyq.store import Lease, NewJob, Outcome
+
+CAP = 3
+TTL = 100.0
+GUARD = 0.5
+EPS = 2e-3
+OWNERS = ("A", "B")
+START = {"t": (None, True), "u": (60.0, False)}  # type -> (timeout, retry_on_timeout)
+IN_FLIGHT = ("leased", "running")
+UNFINISHED = ("waiting", "ready", "leased", "running")
+BAD = ("failed", "cancelled", "upstream_failed")
+TERMINAL = ("done", *BAD)
+EXAMPLES = int(os.environ.get("READYQ_MODEL_EXAMPLES", "30"))
+STEPS = int(os.environ.get("READYQ_MODEL_STEPS", "30"))
+PHASES = tuple(Phase) if os.environ.get("READYQ_MODEL_SHRINK") == "1" else (
+    Phase.explicit, Phase.reuse, Phase.generate)
+UPSTREAM = re.compile(r"dependency (\d+) ended (failed|cancelled|upstream_failed)")
+
+
+@dataclass(frozen=True)
+class Span:
+    """An instant known to lie in [lo, hi] until it is read back."""
+
+    lo: float
+    hi: float
+
+
+def retry_window(attempt: int) -> tuple[float, float]:
+    delay = min(300.0, 1.0 * 2.0 ** max(attempt - 1, 0))
+    return 0.9 * delay, 1.1 * delay
+
+
+@dataclass
+class MJob:
+    id: int
+    type: str
+    is_container: bool
+    parent: int | None
+    deps: set[int]
+    priority: int
+    max_attempts: int
+    timeout: float | None
+    state: str
+    pending: int
+    attempts: int = 0
+    token: int = 0
+    owner: str | None = None
+    cancel_requested: bool = False
+    open_children: int = 0
+    failed_children: int = 0
+    result: str | None = None
+    # None, an exact string, or a predicate over (error, the database's rows).
+    error: Any = None
+    retry_on_timeout: bool = True
+    run_after: Any = None
+    lease_expires: Any = None
+    deadline: Any = None
+    started_at: Any = None
+    heartbeat_at: Any = None
+    finished_at: Any = None
+
+
+TIME_COLUMNS = ("run_after", "lease_expires", "deadline", "started_at", "heartbeat_at",
+                "finished_at")
+WRITE_ONCE = ("state", "result", "error", "attempts", "lease_token", "lease_owner",
+              "finished_at", "started_at", "run_after", "lease_expires", "deadline")
+
+
+@dataclass
+class Counters:
+    examples: int = 0
+    steps: int = 0
+    rules: dict[str, int] = field(default_factory=dict)
+    fenced: int = 0
+
+
+def reset(queue: readyq.Queue) -> None:
+    t = queue._store.tables
+    with queue.engine.begin() as conn:
+        conn.execute(sa.delete(t.deps))
+        conn.execute(sa.delete(t.groups))
+        conn.execute(sa.update(t.jobs).values(parent_id=None))
+        conn.execute(sa.delete(t.jobs))
+        conn.execute(sa.update(t.gate).values(vclock=0.0, seq=0))
+    queue._store.clock_offset = 0.0
+
+
+class QueueModel(RuleBasedStateMachine):
+    queue: readyq.Queue
+    counters: Counters
+
+    def __init__(self) -> None:
+        super().__init__()
+        reset(self.queue)
+        self.store = self.queue._store
+        self.jobs: dict[int, MJob] = {}
+        self.leases: list[tuple[str, Any]] = []  # (owner, ClaimedJob) ever handed out
+        # Outcomes recorded, with what the job looked like right after.
+        self.recorded: list[tuple[str, Outcome, tuple[Any, ...]]] = []
+        self.rows: dict[int, Any] = {}
+        self.n = 0
+        self.bracket = (0.0, 0.0)
+        self.counters.examples += 1
+
+    # -- plumbing ---------------------------------------------------------------------
+
+    def now(self) -> float:
+        store = self.store
+        return float(store.read(lambda c: c.execute(sa.select(store.now())).scalar_one()))
+
+    def step(self, name: str, op: Callable[[], Any]) -> Any:
+        """Run ``op`` bracketed by two reads of the database clock."""
+        self.counters.steps += 1
+        self.counters.rules[name] = self.counters.rules.get(name, 0) + 1
+        before = self.now()
+        out = op()
+        self.bracket = (before, self.now())
+        return out
+
+    def at(self, plus: float = 0.0) -> Span:
+        lo, hi = self.bracket
+        return Span(lo + plus, hi + plus)
+
+    def read_rows(self) -> dict[int, Any]:
+        j = self.store.tables.jobs
+        with self.queue.engine.connect() as conn:
+            return {int(r.id): r for r in conn.execute(sa.select(j).order_by(j.c.id))}
+
+    def settle(self) -> None:
+        """Move the clock past any instant a claim or a sweep is about to judge."""
+        for _ in range(50):
+            now = self.now()
+            near = []
+            for m in self.jobs.values():
+                if m.state == "ready" and m.run_after is not None:
+                    near.append(m.run_after)
+                if m.state in IN_FLIGHT and m.lease_expires is not None:
+                    near.append(m.lease_expires)
+                if m.state == "running" and m.deadline is not None:
+                    near.append(m.deadline)
+            if not any(now - 0.05 <= x <= now + GUARD for x in near):
+                return
+            self.store.clock_offset += GUARD + 0.1
+        raise AssertionError("could not settle the clock")
+
+    def sync(self) -> None:
+        """Compare every row with the model; adopt instants known only as a bracket."""
+        rows = self.read_rows()
+        assert sorted(rows) == sorted(self.jobs), (sorted(rows), sorted(self.jobs))
+        for jid, m in self.jobs.items():
+            r = rows[jid]
+            where = f"job {jid} ({m.state})"
+            expect = {
+                "state": m.state, "attempts": m.attempts, "lease_token": m.token,
+                "lease_owner": m.owner, "cancel_requested": m.cancel_requested,
+                "pending_deps": m.pending, "open_children": m.open_children,
+                "failed_children": m.failed_children, "result": m.result,
+                "is_container": m.is_container, "parent_id": m.parent,
+                "max_attempts": m.max_attempts, "priority": m.priority, "type": m.type,
+            }
+            got = {k: (bool(getattr(r, k)) if isinstance(v, bool) else getattr(r, k))
+                   for k, v in expect.items()}
+            assert got == expect, f"{where}: database {got} != model {expect}"
+            if m.state == "running":
+                assert bool(r.retry_on_timeout) == m.retry_on_timeout, where
+            if callable(m.error):
+                assert m.error(r.error, rows), f"{where}: error {r.error!r}"
+                m.error = r.error
+            else:
+                assert r.error == m.error, f"{where}: error {r.error!r} != {m.error!r}"
+            for col in TIME_COLUMNS:
+                want, have = getattr(m, col), getattr(r, col)
+                if isinstance(want, Span):
+                    assert have is not None and want.lo - EPS <= have <= want.hi + EPS, (
+                        f"{where}: {col} {have} outside [{want.lo}, {want.hi}]")
+                    setattr(m, col, float(have))
+                elif want is None:
+                    assert have is None, f"{where}: {col} is {have}, expected none"
+                else:
+                    assert have is not None and abs(have - want) < 1e-6, (
+                        f"{where}: {col} {have} != {want}")
+        self.check_rows(rows)
+        self.rows = rows
+
+    def check_rows(self, rows: dict[int, Any]) -> None:
+        deps: dict[int, set[int]] = {}
+        t = self.store.tables
+        with self.queue.engine.connect() as conn:
+            for a, b in conn.execute(sa.select(t.deps.c.job_id, t.deps.c.depends_on_id)):
+                deps.setdefault(int(a), set()).add(int(b))
+        for jid, r in rows.items():
+            old = self.rows.get(jid)
+            if old is not None and old.state in TERMINAL:
+                for col in WRITE_ONCE:
+                    assert getattr(r, col) == getattr(old, col), f"terminal job {jid}: {col} changed"
+            if old is not None:
+                assert r.lease_token >= old.lease_token, f"job {jid}: token went back"
+            assert r.attempts <= r.max_attempts, f"job {jid}: attempts over max"
+            assert r.attempts <= r.lease_token, f"job {jid}: more attempts than claims"
+            if r.state in IN_FLIGHT:
+                assert r.lease_owner is not None and r.lease_expires is not None, jid
+                assert r.heartbeat_at is not None, jid
+                if r.state == "running":
+                    assert r.started_at is not None, jid
+            else:
+                assert r.lease_expires is None and r.deadline is None, jid
+            if r.state == "waiting":
+                assert r.pending_deps > 0, jid
+            if r.state == "ready":
+                assert all(rows[d].state == "done" for d in deps.get(jid, ())), jid
+                assert not r.is_container
+            if r.state == "active":
+                kids = [k for k in rows.values() if k.parent_id == jid]
+                assert r.is_container
+                assert not kids or any(k.state not in TERMINAL for k in kids), jid
+                assert r.open_children == sum(1 for k in kids if k.state not in TERMINAL)
+            assert set(deps.get(jid, ())) == self.jobs[jid].deps, jid
+
+    # -- the model's propagation (Store._propagate) -------------------------------------
+
+    def ancestors(self, parent: int | None) -> list[int]:
+        out = []
+        while parent is not None:
+            out.append(parent)
+            parent = self.jobs[parent].parent
+        return out
+
+    def end(self, m: MJob, state: str, error: Any, *, finished: bool = True) -> None:
+        m.state, m.error = state, error
+        if finished:
+            m.finished_at = self.at()
+
+    def propagate(self, ended: list[tuple[int, str]]) -> None:
+        work = list(ended)
+        while work:
+            wave, work = work, []
+            done = {i for i, s in wave if s == "done"}
+            bad = {i: s for i, s in wave if s != "done"}
+            for m in self.jobs.values():
+                n = len(m.deps & done)
+                if n:
+                    if m.state == "waiting" and m.pending <= n:
+                        m.state = "ready"
+                    m.pending -= n
+            hit = [m for m in self.jobs.values() if m.state == "waiting" and m.deps & set(bad)]
+            for m in sorted(hit, key=lambda m: m.id):
+                names = m.deps & set(bad)
+
+                def why(err: Any, rows: dict[int, Any], names: set[int] = names) -> bool:
+                    hit = UPSTREAM.fullmatch(err or "")
+                    return bool(hit) and int(hit.group(1)) in names and \
+                        rows[int(hit.group(1))].state == hit.group(2)
+
+                self.end(m, "upstream_failed", why)
+                work.append((m.id, "upstream_failed"))
+            parents: dict[int, list[int]] = {}
+            for i, s in wave:
+                p = self.jobs[i].parent
+                if p is not None:
+                    parents.setdefault(p, [0, 0])
+                    parents[p][0] += 1
+                    parents[p][1] += s != "done"
+            for p, (n, n_bad) in sorted(parents.items()):
+                c = self.jobs[p]
+                c.open_children -= n
+                c.failed_children += n_bad
+            for p in sorted(parents):
+                c = self.jobs[p]
+                if c.state == "active" and c.open_children <= 0:
+                    final = "done" if c.failed_children == 0 else "failed"
+                    err = None if final == "done" else \
+                        f"{c.failed_children} child job(s) did not end done"
+                    self.end(c, final, err)
+                    work.append((c.id, final))
+
+    def current(self, owner: str) -> list[Any]:
+        """Leases ``owner`` still holds, as the model sees them."""
+        out = {}
+        for o, c in self.leases:
+            m = self.jobs[c.id]
+            if o == owner and m.owner == owner and m.token == c.lease_token and \
+                    m.state in IN_FLIGHT:
+                out[c.id] = c
+        return list(out.values())
+
+    def stale(self) -> list[tuple[str, Any]]:
+        """Leases taken away from their holder: re-claimed since, or swept."""
+        out = []
+        for o, c in self.leases:
+            m = self.jobs[c.id]
+            swept = isinstance(m.error, str) and m.error.startswith(("lease expired", "timed"))
+            if m.token != c.lease_token or (m.state not in IN_FLIGHT and swept):
+                out.append((o, c))
+        return out
+
+    # -- rules ---------------------------------------------------------------------------
+
+    def enqueue(self, data: st.DataObject) -> None:
+        ids = sorted(self.jobs)
+        containers = [j for j in ids if self.jobs[j].state == "active"]
+        is_container = data.draw(st.booleans().map(lambda b: b and len(containers) < 4), "box")
+        deps = set(data.draw(st.lists(st.sampled_from(ids[-8:]), max_size=2), "deps")) \
+            if ids and data.draw(st.booleans(), "with deps") else set()
+        parent = data.draw(st.none() | st.sampled_from(containers), "parent") \
+            if containers else None
+        kind = data.draw(st.sampled_from(("t", "u")), "type")
+        priority = data.draw(st.sampled_from((0, 0, 1)), "priority")
+        max_attempts = data.draw(st.integers(1, 3), "max_attempts")
+        timeout = data.draw(st.sampled_from((None, None, 50.0, 150.0)), "timeout")
+        new = NewJob(
+            type="box" if is_container else kind, args_json="{}", priority=0 if is_container
+            else priority, max_attempts=1 if is_container else max_attempts,
+            timeout=None if is_container else timeout, depends_on=tuple(sorted(deps)),
+            parent=parent, is_container=is_container,
+        )
+        chain = self.ancestors(parent)
+        effective = set(deps)
+        for a in chain:
+            effective |= self.jobs[a].deps
+        states = {d: self.jobs[d].state for d in effective}
+        bad = sorted(d for d, s in states.items() if s in BAD)
+        refused = bool(deps & set(chain)) or (
+            parent is not None and bool(effective) and not bad
+            and bool(self.waits_for(effective) & set(chain))
+        )
+        if refused:
+            with pytest.raises(DependencyCycle):
+                self.step("enqueue refused", lambda: self.store.enqueue(new))
+            self.sync()
+            return
+        jid = self.step("enqueue", lambda: self.store.enqueue(new))
+        pending = sum(1 for s in states.values() if s != "done")
+        if is_container:
+            state = "active"
+        elif bad:
+            state = "upstream_failed"
+        elif pending:
+            state = "waiting"
+        else:
+            state = "ready"
+        m = MJob(id=jid, type=new.type, is_container=is_container, parent=parent,
+                 deps=effective, priority=new.priority, max_attempts=new.max_attempts,
+                 timeout=new.timeout, state=state, pending=pending)
+        if state == "upstream_failed":
+            m.error = f"dependency {bad[0]} ended {states[bad[0]]}"
+            m.finished_at = self.at()
+        self.jobs[jid] = m
+        if parent is not None:
+            self.jobs[parent].open_children += 1
+            if state == "upstream_failed":
+                self.propagate([(jid, state)])
+        self.sync()
+
+    def waits_for(self, start: set[int]) -> set[int]:
+        """Jobs reachable from ``start`` through unfinished jobs' dependencies and
+        active containers' unfinished children."""
+        seen: set[int] = set()
+        frontier = set(start)
+        while frontier:
+            seen |= frontier
+            nxt: set[int] = set()
+            for jid in frontier:
+                m = self.jobs[jid]
+                if m.state in TERMINAL:
+                    continue
+                nxt |= m.deps
+                if m.is_container:
+                    nxt |= {k.id for k in self.jobs.values()
+                            if k.parent == jid and k.state not in TERMINAL}
+            frontier = nxt - seen
+        return seen
+
+    def model_claim(self, owner: str, limit: int, types: list[str] | None,
+                    start: bool, claimed: list[Any]) -> None:
+        now_lo, _ = self.bracket
+        in_flight = sum(1 for m in self.jobs.values() if m.state in IN_FLIGHT)
+        n = max(0, min(limit, CAP - in_flight))
+        def due(at: Any) -> bool:
+            # A Span was written earlier in this same transaction (a retry's delay).
+            return at is None or (at.lo if isinstance(at, Span) else at) <= now_lo
+
+        ready = sorted(
+            (m for m in self.jobs.values()
+             if m.state == "ready" and due(m.run_after)
+             and (types is None or m.type in types)),
+            key=lambda m: (-m.priority, m.id),
+        )
+        expected = [m.id for m in ready[:n]]
+        assert sorted(c.id for c in claimed) == sorted(expected), (claimed, expected)
+        self.counters.rules["jobs claimed"] = self.counters.rules.get("jobs claimed", 0) + len(
+            claimed)
+        for c in claimed:
+            m = self.jobs[c.id]
+            m.token += 1
+            m.attempts += 1
+            assert (c.lease_token, c.attempt) == (m.token, m.attempts)
+            m.state, m.owner, m.cancel_requested = "leased", owner, False
+            m.lease_expires, m.heartbeat_at = self.at(TTL), self.at()
+            if start:
+                timeout, retry = START[m.type]
+                seconds = m.timeout if m.timeout is not None else timeout
+                m.state, m.started_at, m.retry_on_timeout = "running", self.at(), retry
+                m.deadline = None if seconds is None else self.at(seconds)
+            self.leases.append((owner, c))
+
+    def claim(self, data: st.DataObject) -> None:
+        owner = data.draw(st.sampled_from(OWNERS), "owner")
+        limit = data.draw(st.integers(1, 3), "limit")
+        types = data.draw(st.sampled_from((None, ["t"])), "types")
+        start = data.draw(st.booleans(), "start")
+        self.settle()
+        store = self.store
+        if start:
+            _, claimed = self.step("claim+start (cycle)", lambda: store.cycle(
+                owner, [], cap=CAP, limit=limit, ttl=TTL, types=types, start=START))
+        else:
+            claimed = self.step("claim", lambda: store.claim(
+                owner=owner, cap=CAP, limit=limit, ttl=TTL, types=types))
+        self.model_claim(owner, limit, types, start, claimed)
+        self.sync()
+
+    def mark_running(self, data: st.DataObject) -> None:
+        pool = [(o, c) for o, c in self.leases if self.jobs[c.id].state == "leased"]
+        owner, c = data.draw(st.sampled_from(pool), "lease")
+        m = self.jobs[c.id]
+        timeout, retry = START[m.type]
+        seconds = m.timeout if m.timeout is not None else timeout
+        moved = self.step("mark_running", lambda: self.store.mark_running(
+            owner, [(c, seconds, retry)]))
+        ok = m.owner == owner and m.token == c.lease_token
+        assert moved == ({c.id} if ok else set())
+        if ok:
+            m.state, m.started_at, m.retry_on_timeout = "running", self.at(), retry
+            m.deadline = None if seconds is None else self.at(seconds)
+        else:
+            self.counters.fenced += 1
+        self.sync()
+
+    def heartbeat(self, data: st.DataObject) -> None:
+        owner = data.draw(st.sampled_from(sorted({o for o, _ in self.leases})), "owner")
+        held = [(o, c) for o, c in self.leases if o == owner][-4:]
+        latest = {c.id: c for _, c in held}  # one lease per job, the newest
+        leases = [Lease(c.id, c.lease_token) for c in latest.values()]
+        status = self.step("heartbeat", lambda: self.store.heartbeat(owner, leases, TTL))
+        for c in latest.values():
+            m = self.jobs[c.id]
+            held_now = m.owner == owner and m.token == c.lease_token and m.state in IN_FLIGHT
+            assert status[c.id].lost == (not held_now), (c, m.state)
+            assert status[c.id].cancel_requested == m.cancel_requested
+            if held_now:
+                m.lease_expires, m.heartbeat_at = self.at(TTL), self.at()
+            else:
+                self.counters.fenced += 1
+        self.sync()
+
+    def model_finish(self, owner: str, o: Outcome) -> bool:
+        m = self.jobs[o.job.id]
+        if not (m.owner == owner and m.token == o.job.lease_token and m.state == "running"):
+            return False
+        m.lease_expires = m.deadline = None
+        if o.kind == "done":
+            m.state, m.result, m.error, m.finished_at = "done", o.result_json, None, self.at()
+            self.propagate([(m.id, "done")])
+        elif o.kind in ("retry", "release") and m.cancel_requested:
+            self.end(m, "cancelled", o.error or "cancelled")
+            self.propagate([(m.id, "cancelled")])
+        elif o.kind == "retry":
+            m.state, m.error, m.run_after = "ready", o.error, self.at(o.delay)
+        elif o.kind == "release":
+            m.state, m.attempts, m.run_after = "ready", m.attempts - 1, None
+        else:
+            final = "failed" if o.kind == "fail" else "cancelled"
+            self.end(m, final, o.error)
+            self.propagate([(m.id, final)])
+        return True
+
+    def outcome(self, data: st.DataObject, c: Any) -> Outcome:
+        kind = data.draw(st.sampled_from(("done", "done", "retry", "fail", "cancel",
+                                          "release")), "kind")
+        if kind == "retry" and c.attempt >= c.max_attempts:
+            kind = "fail"  # as a worker decides: no retry past max_attempts
+        self.n += 1
+        return Outcome(
+            job=c, kind=kind,
+            result_json=f'{{"n": {self.n}}}' if kind == "done" else None,
+            error=None if kind in ("done", "release") else f"boom {self.n}",
+            delay=data.draw(st.sampled_from((0.0, 30.0)), "delay") if kind == "retry" else 0.0,
+        )
+
+    def holders(self) -> list[str]:
+        return [o for o in OWNERS
+                if any(self.jobs[c.id].state == "running" for c in self.current(o))]
+
+    def finish(self, data: st.DataObject) -> None:
+        via_cycle = data.draw(st.booleans(), "via cycle")
+        owner = data.draw(st.sampled_from(self.holders()), "owner")
+        held = [c for c in self.current(owner) if self.jobs[c.id].state == "running"]
+        chosen = data.draw(st.lists(st.sampled_from(held), min_size=1, max_size=2,
+                                    unique_by=lambda c: c.id), "jobs")
+        outcomes = [self.outcome(data, c) for c in chosen]
+        if via_cycle:
+            # Outcomes and a claim in one transaction; freed slots count for the claim.
+            self.settle()
+            limit = data.draw(st.integers(1, 2), "limit")
+            applied, claimed = self.step("finish+claim (cycle)", lambda: self.store.cycle(
+                owner, outcomes, cap=CAP, limit=limit, ttl=TTL, types=None, start=START))
+        else:
+            applied = self.step("finish", lambda: self.store.finish(owner, outcomes))
+        for o in sorted(outcomes, key=lambda o: (o.kind != "done", o.job.id)):
+            ok = self.model_finish(owner, o)
+            assert applied[o.job.id] == ok, o
+            key = f"outcome {o.kind}" + ("" if ok else " fenced")
+            self.counters.rules[key] = self.counters.rules.get(key, 0) + 1
+            if ok:
+                self.recorded.append((owner, o, self.after(o)))
+        if via_cycle:
+            self.model_claim(owner, limit, None, True, claimed)
+        self.sync()
+
+    def after(self, o: Outcome) -> tuple[Any, ...]:
+        m = self.jobs[o.job.id]
+        return (m.state, m.error if isinstance(m.error, str) else None, m.token, m.owner,
+                m.run_after is None)
+
+    def replayable(self) -> list[tuple[str, Outcome]]:
+        return [(w, o) for w, o, seen in self.recorded if self.after(o) == seen]
+
+    def replay_outcome(self, data: st.DataObject) -> None:
+        """The same outcome sent again, as after a COMMIT whose reply was lost: it is
+        recognised as recorded (True) and changes nothing, not even propagation."""
+        owner, o = data.draw(st.sampled_from(self.replayable()), "recorded outcome")
+        before = self.read_rows()
+        applied = self.step("replayed finish", lambda: self.store.finish(owner, [o]))
+        assert applied == {o.job.id: True}, (o.kind, applied)
+        after = self.read_rows()
+        assert {k: tuple(v) for k, v in after.items()} == \
+            {k: tuple(v) for k, v in before.items()}, "a replayed outcome changed rows"
+        self.sync()
+
+    def stale_writer(self, data: st.DataObject) -> None:
+        """An old lease (reclaimed, re-claimed or finished since) writes: nothing changes."""
+        owner, c = data.draw(st.sampled_from(self.stale()), "stale lease")
+        before = self.read_rows()
+        if data.draw(st.booleans(), "heartbeat"):
+            status = self.step("stale heartbeat", lambda: self.store.heartbeat(
+                owner, [Lease(c.id, c.lease_token)], TTL))
+            assert status[c.id].lost
+        else:
+            o = self.outcome(data, c)
+            applied = self.step("stale finish", lambda: self.store.finish(owner, [o]))
+            assert applied == {c.id: False}
+        self.counters.fenced += 1
+        after = self.read_rows()
+        assert {k: tuple(v) for k, v in after.items()} == \
+            {k: tuple(v) for k, v in before.items()}, "a fenced write changed rows"
+        self.sync()
+
+    def cancel(self, data: st.DataObject) -> None:
+        jid = data.draw(st.sampled_from(sorted(self.jobs)), "job")
+        box = self.jobs[jid].is_container and self.jobs[jid].state == "active"
+        ok = self.step("cancel", lambda: self.store.cancel(jid))
+        assert ok == self.model_cancel(jid)
+        if box:
+            # Children are cancelled one by one in the database's row order: a child whose
+            # sibling it depends on went first ends upstream_failed instead of cancelled.
+            rows = self.read_rows()
+            for m in self.jobs.values():
+                r = rows[m.id]
+                if m.state in ("cancelled", "upstream_failed") and \
+                        r.state in ("cancelled", "upstream_failed") and r.state != m.state:
+                    assert jid in self.ancestors(m.parent), m.id
+                    m.state = r.state
+                    m.error = "cancelled" if r.state == "cancelled" else \
+                        (lambda err, rows: bool(UPSTREAM.fullmatch(err or "")))
+        self.sync()
+
+    def model_cancel(self, jid: int) -> bool:
+        m = self.jobs[jid]
+        if m.state in ("waiting", "ready"):
+            self.end(m, "cancelled", "cancelled")
+            self.propagate([(jid, "cancelled")])
+            return True
+        if m.state in IN_FLIGHT:
+            m.cancel_requested = True
+            return True
+        if m.state == "active":
+            kids = [k.id for k in sorted(self.jobs.values(), key=lambda k: k.id)
+                    if k.parent == jid and k.state in (*UNFINISHED, "active")]
+            for k in kids:
+                self.model_cancel(k)
+            if m.state == "active" and not kids:
+                self.end(m, "cancelled", "cancelled")
+                self.propagate([(jid, "cancelled")])
+            return True
+        return False
+
+    def advance_clock(self, data: st.DataObject) -> None:
+        seconds = data.draw(st.sampled_from((5.0, 40.0, 120.0)), "seconds")
+        self.counters.rules["advance clock"] = self.counters.rules.get("advance clock", 0) + 1
+        self.store.clock_offset += seconds
+
+    def reclaim(self, data: st.DataObject) -> None:
+        self.settle()
+        now = self.now()
+        result = self.step("reclaim", lambda: self.store.reclaim())
+        retried = failed = timed_out = cancelled = 0
+        ended = []
+        for m in sorted(self.jobs.values(), key=lambda m: m.id):
+            if m.state not in IN_FLIGHT:
+                continue
+            timeout = m.state == "running" and m.deadline is not None and m.deadline < now
+            if not (timeout or (m.lease_expires is not None and m.lease_expires < now)):
+                continue
+            if timeout:
+                timed_out += 1
+                seconds = m.timeout if m.timeout is not None else START[m.type][0]
+                why = f"timed out after {seconds:g}s (attempt {m.attempts})"
+                retry = m.retry_on_timeout and m.attempts < m.max_attempts
+            else:
+                why = f"lease expired: worker lost during attempt {m.attempts}"
+                retry = m.attempts < m.max_attempts
+            m.lease_expires = m.deadline = None
+            if m.cancel_requested:
+                self.end(m, "cancelled", why)
+                cancelled += 1
+                ended.append((m.id, "cancelled"))
+            elif retry:
+                lo, hi = retry_window(m.attempts)
+                m.state, m.error = "ready", why
+                m.run_after = Span(self.bracket[0] + lo, self.bracket[1] + hi)
+                retried += 1
+            else:
+                self.end(m, "failed", why)
+                failed += 1
+                ended.append((m.id, "failed"))
+        self.propagate(ended)
+        got = (result.retried, result.failed, result.timed_out, result.cancelled)
+        assert got == (retried, failed, timed_out, cancelled), got
+        self.sync()
+
+    # -- one rule, weighted over the actions that can act now ---------------------------
+
+    ACTIONS: ClassVar[tuple[tuple[str, int], ...]] = (
+        ("enqueue", 3), ("claim", 3), ("finish", 8), ("mark_running", 2), ("heartbeat", 2),
+        ("stale_writer", 2), ("replay_outcome", 1), ("cancel", 1), ("advance_clock", 1),
+        ("reclaim", 2),
+    )
+
+    def possible(self, action: str) -> bool:
+        return {
+            "mark_running": lambda: any(m.state == "leased" for m in self.jobs.values()),
+            "heartbeat": lambda: bool(self.leases),
+            "finish": lambda: bool(self.holders()),
+            "replay_outcome": lambda: bool(self.replayable()),
+            "stale_writer": lambda: bool(self.stale()),
+            "cancel": lambda: bool(self.jobs),
+        }.get(action, lambda: True)()
+
+    @rule(data=st.data())
+    def act(self, data: st.DataObject) -> None:
+        choices = [name for name, weight in self.ACTIONS for _ in range(weight)
+                   if self.possible(name)]
+        getattr(self, data.draw(st.sampled_from(choices), "action"))(data)
+
+    @invariant()
+    def rows_match(self) -> None:
+        # sync() ran after every rule that writes; this catches a rule that forgot.
+        if self.jobs:
+            assert set(self.rows) == set(self.jobs)
+
+
+@pytest.mark.slow
+def test_the_store_matches_the_model(queue: readyq.Queue, dialect_name: str,
+                                     capsys: pytest.CaptureFixture[str]) -> None:
+    counters = Counters()
+
+    class Machine(QueueModel):
+        pass
+
+    Machine.queue = queue
+    Machine.counters = counters
+    run_state_machine_as_test(
+        Machine,
+        settings=settings(
+            max_examples=EXAMPLES, stateful_step_count=STEPS, deadline=None, database=None,
+            # Every step is a few round trips to a database: shrinking a failure can take
+            # many minutes. Off by default so that a failing run stays bounded (the
+            # failing steps are printed all the same); READYQ_MODEL_SHRINK=1 turns it on.
+            phases=PHASES,
+            suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much,
+                                   HealthCheck.data_too_large],
+        ),
+    )
+    with capsys.disabled():
+        rules = ", ".join(f"{k} {v}" for k, v in sorted(counters.rules.items()))
+        print(f"\n[{dialect_name}] {counters.examples} examples, {counters.steps} steps, "
+              f"{counters.fenced} fenced writes checked; rules: {rules}")
+    assert counters.examples >= min(EXAMPLES, 10)
