@@ -9,9 +9,9 @@ It runs ``queue.run_worker`` until SIGTERM/SIGINT (handled by the worker itself,
 Handlers:
 
 ``chaos``
-    runs ``ms`` milliseconds (``first_ms`` on attempt 1, ``first_lease_ms`` under the
-    job's first lease), stopping early once its lease is lost; raises on attempt 1 when
-    ``fail_first`` is set.
+    runs ``ms`` milliseconds (``first_ms`` on attempt 1, ``retry_ms`` on later ones,
+    ``first_lease_ms`` under the job's first lease), stopping early once its lease is
+    lost; raises on attempt 1 when ``fail_first`` is set.
 ``slow``
     registered with ``timeout=1``: attempt 1 runs ``first_ms`` (past the timeout, so the
     attempt is ended by a sweep and its late result fenced out), later ones ``ms``.
@@ -20,9 +20,10 @@ Handlers:
 
 ``--clock-skew`` shifts this process's ``time.time()`` by that many seconds before
 readyq is imported: lease decisions use the database's clock and must not notice.
-``--slow-claim P`` makes a claim transaction, with probability P, lock the gate row,
-drop a marker file and linger, so that the test can SIGKILL the process while it holds
-the claim lock (SQLite: the database's write lock).
+``--slow-claim P`` makes a claim transaction, with probability P or when a ``want-ID``
+file appears in ``--marker-dir``, lock the gate row, drop an ``inclaim-ID`` marker file
+and linger, so that the test can SIGKILL the process while it holds the claim lock
+(SQLite: the database's write lock).
 """
 
 from __future__ import annotations
@@ -152,6 +153,8 @@ def main(argv: list[str] | None = None) -> int:
             recorder.job("start", job)
             opts = job.args or {}
             ms = opts.get("first_ms", opts.get("ms", 0)) if job.attempt == 1 else opts.get("ms", 0)
+            if job.attempt > 1 and "retry_ms" in opts:
+                ms = opts["retry_ms"]
             if job.lease_token == 1 and "first_lease_ms" in opts:
                 ms = opts["first_lease_ms"]  # a release does not move the attempt on
             sleep_ms(job, float(ms))
@@ -175,11 +178,14 @@ def main(argv: list[str] | None = None) -> int:
     store = queue._store
     if args.slow_claim > 0:
         marker = Path(args.marker_dir or ".") / f"inclaim-{wid}"
+        wanted = Path(args.marker_dir or ".") / f"want-{wid}"
         gate = store.tables.gate
         rnd = random.Random()
 
         def hook(conn: sa.Connection) -> None:
-            if rnd.random() >= args.slow_claim:
+            if wanted.exists():
+                wanted.unlink(missing_ok=True)
+            elif rnd.random() >= args.slow_claim:
                 return
             conn.execute(store.dialect.lock_rows(sa.select(gate.c.seq)))
             marker.write_text(str(os.getpid()))

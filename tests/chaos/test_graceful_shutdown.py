@@ -55,7 +55,7 @@ def test_running_jobs_finish_within_the_grace_period_and_nothing_new_starts(
     w.signal(signal.SIGTERM)
     stats = w.wait_ok(timeout=15)
     took = time.monotonic() - sent
-    assert took < 5.0, f"the worker took {took:.1f}s to stop"
+    assert took < 8.0, f"the worker took {took:.1f}s to stop"
     assert stats["done"] == 3 and stats["claimed"] == 3
     infos = [queue.get(i) for i in ids]
     assert sorted(i.state.value for i in infos) == ["done"] * 3 + ["ready"] * 2
@@ -79,7 +79,7 @@ def test_jobs_still_running_when_the_grace_period_ends_are_handed_back_at_once(
     sent = time.monotonic()
     a.signal(signal.SIGTERM)
     stats_a = a.wait_ok(timeout=15)
-    assert time.monotonic() - sent < 4.0
+    assert time.monotonic() - sent < 6.0  # grace 0.7 s, then at once
     assert stats_a["done"] == 0 and stats_a["fenced_out"] == 0
     for job_id in ids:
         info = queue.get(job_id)
@@ -123,7 +123,7 @@ def test_a_second_signal_ends_the_grace_period_at_once(
     sent = time.monotonic()
     a.signal(signal.SIGINT)  # a second signal: hand back now
     a.wait_ok(timeout=15)
-    assert time.monotonic() - sent < 4.0
+    assert time.monotonic() - sent < 6.0  # not the 60 s of grace
     info = queue.get(job_id)
     assert (info.state, info.attempts) == (JobState.READY, 0)
 
