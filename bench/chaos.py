@@ -29,7 +29,7 @@ import sqlalchemy as sa
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "chaos"))
 
-from nemesis import Config, run_chaos  # noqa: E402
+from nemesis import Config, run_chaos
 
 FAULTS = {
     "sqlite": ("kill", "freeze", "lockkill", "claimkill"),

@@ -48,7 +48,7 @@ def _skew(argv: list[str]) -> float:
 
 SKEW = _skew(sys.argv)
 if SKEW:
-    time.time = lambda: _real_time() + SKEW  # noqa: E731  (before anything imports time.time)
+    time.time = lambda: _real_time() + SKEW
 
 import json  # noqa: E402
 import logging  # noqa: E402

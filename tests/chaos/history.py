@@ -23,8 +23,10 @@ refutes the invariants over them, offline:
     live from its claim to the transition that ends it (finalize, reclaim, release);
     claims of one job never overlap either.
 ``finalize``
-    every finalization carries the job's latest lease token and its owner; each lease
-    ends once; each job reaches a terminal state at most once and never leaves it.
+    every finalization carries the job's latest lease token and its owner, and comes
+    after that attempt's handler ended; each lease ends once; each job reaches a
+    terminal state at most once and never leaves it; an outcome is only refused
+    (``fenced``) when its lease was taken away.
 ``terminal``
     every job is terminal at the end (from the jobs table).
 ``duplicates``
@@ -50,6 +52,7 @@ import time
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from itertools import pairwise
 from typing import Any
 
 import sqlalchemy as sa
@@ -462,13 +465,13 @@ def check(
             if len(ev) > 1:
                 rep.add("finalize", f"job {job}: the lease of token {token} ended "
                         f"{len(ev)} times ({', '.join(f'{e.event}/{e.kind}' for e in ev)})")
-        def end_of(token: int | None) -> Event | None:
-            ev = ends.get(token) if token is not None else None  # type: ignore[arg-type]
+        def end_of(token: int | None, ends: dict[int, list[Event]] = ends) -> Event | None:
+            ev = ends.get(token) if token is not None else None
             return ev[0] if ev else None
 
         # Claims of one job never overlap: each comes after the previous lease ended.
         tokens = sorted(lease_from, key=lambda t: (lease_from[t].at, t))
-        for prev, nxt in zip(tokens, tokens[1:]):
+        for prev, nxt in pairwise(tokens):
             if nxt <= prev:
                 rep.add("duplicates", f"job {job}: token {nxt} taken after token {prev}")
             end = end_of(prev)
@@ -504,7 +507,7 @@ def check(
             stop = min([x.at for x in finished] + ([end.at] if end else [horizon + 1e9]))
             run_intervals.append((s.at, max(stop, s.at)))
         live.sort(key=lambda s: (s.at, s.seq))
-        for a, b in zip(live, live[1:]):
+        for a, b in pairwise(live):
             end = end_of(a.token)
             if a.token == b.token:
                 continue
@@ -526,13 +529,13 @@ def check(
 
         # -- attempts and tokens along the claims
         max_attempts = facts.max_attempts if facts else None
-        for prev, nxt in zip(claims, claims[1:]):
+        for prev, nxt in pairwise(claims):
             end = end_of(prev.token)
             step = 0 if end is not None and end.kind == "release" else 1
-            if prev.attempt is not None and nxt.attempt is not None:
-                if nxt.attempt != prev.attempt + step:
-                    rep.add("duplicates", f"job {job}: attempt {nxt.attempt} claimed after "
-                            f"attempt {prev.attempt} (expected {prev.attempt + step})")
+            if prev.attempt is not None and nxt.attempt is not None \
+                    and nxt.attempt != prev.attempt + step:
+                rep.add("duplicates", f"job {job}: attempt {nxt.attempt} claimed after "
+                        f"attempt {prev.attempt} (expected {prev.attempt + step})")
         for c in claims:
             if max_attempts is not None and c.attempt is not None and c.attempt > max_attempts:
                 rep.add("duplicates", f"job {job}: attempt {c.attempt} claimed, over "
@@ -559,6 +562,15 @@ def check(
             if e.event == "illegal":
                 rep.add("finalize", f"job {job}: transition {e.kind} at {e.at:.6f}")
             if e.event == "finalize":
+                # An outcome is reported after its handler returned: a finalization of
+                # a handler still running was written by someone else.
+                ran = [s for s in starts if s.token == e.token]
+                if ran and e.kind != "release":
+                    ended_at = [x.at for x in evs if x.event == "end" and x.token == e.token
+                                and x.worker == ran[0].worker]
+                    if not ended_at or min(ended_at) > e.at + eps:
+                        rep.add("finalize", f"job {job}: finalize {e.kind} of token "
+                                f"{e.token} at {e.at:.6f} while its handler still ran")
                 if claims and e.token != latest:
                     rep.add("finalize", f"job {job}: finalize {e.kind} by token {e.token}, "
                             f"the latest lease is {latest}")

@@ -21,6 +21,7 @@ At the end every job must be terminal and :func:`history.check` must pass.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import random
 import select
@@ -36,6 +37,7 @@ from typing import Any
 
 import history
 import sqlalchemy as sa
+from chaos_procs import crashes
 
 import readyq
 from readyq import JobSpec
@@ -159,10 +161,12 @@ def retrying(fn: Callable[[], Any], *, seconds: float = 120.0) -> Any:
             delay = min(delay * 2, 1.0)
 
 
-def workload(rnd: random.Random, plain: int, upfront: float) -> tuple[list[JobSpec], list[list[JobSpec]]]:
+def workload(
+    rnd: random.Random, plain: int, upfront: float
+) -> tuple[list[JobSpec], list[list[JobSpec]]]:
     """The DAG (chains, fan-ins, nested containers) and plain jobs in waves.
 
-    Returns the specs to enqueue before the workers start and later waves."""
+    Returns the specs to enqueue before the workers start, and the later waves."""
     def job(**extra: Any) -> dict[str, Any]:
         args: dict[str, Any] = {"ms": rnd.randint(1, 25)}
         if rnd.random() < 0.03:
@@ -371,10 +375,8 @@ class Nemesis:
                     victims = [i for i in ids if i not in self.own_sessions
                                and self.rnd.random() < 0.6]
                     for cid in victims:
-                        try:
+                        with contextlib.suppress(sa.exc.DBAPIError):  # gone meanwhile
                             conn.exec_driver_sql(f"KILL CONNECTION {int(cid)}")
-                        except sa.exc.DBAPIError:
-                            pass  # gone meanwhile
             self.faults["connkill"] += 1
             self.faults["sessions_killed"] += len(victims)
         except sa.exc.DBAPIError:
@@ -548,12 +550,13 @@ class Nemesis:
         ratio, worst = self.bounds(report)
         # Two freezes may overlap, each holding up sweeps (SQLite: the write lock).
         reclaim_bound = cfg.poll + cfg.heartbeat + 2 * self.freeze_max + self.outage + 2.0
-        if report.figures["worst_reclaim_delay"] > reclaim_bound:
-            self.problems.append(f"a lease was reclaimed {report.figures['worst_reclaim_delay']:.2f}s"
-                                 f" after it expired (bound {reclaim_bound:.2f}s)")
-        if ratio > 1.0:
-            self.problems.append(f"job {worst[0]} took {worst[1]:.2f}s from its first claim to "  # type: ignore[index]
-                                 f"its end, over its bound of {worst[2]:.2f}s")  # type: ignore[index]
+        delay = report.figures["worst_reclaim_delay"]
+        if delay > reclaim_bound:
+            self.problems.append(f"a lease was reclaimed {delay:.2f}s after it expired "
+                                 f"(bound {reclaim_bound:.2f}s)")
+        if worst is not None and ratio > 1.0:
+            self.problems.append(f"job {worst[0]} took {worst[1]:.2f}s from its first claim "
+                                 f"to its end, over its bound of {worst[2]:.2f}s")
         skewed = [e for e in events if e.event == "start" and self.skew_of.get(e.worker or "")]
         skew = (len({e.worker for e in skewed}), len(skewed))
         return Result(cfg, report, counts, dict(self.faults), self.outage, self.freeze_max,
@@ -603,9 +606,10 @@ class Nemesis:
                 self.problems.append(f"worker {proc.name} did not stop on SIGTERM")
                 continue
             if proc.name not in self.killed:
-                text = proc.log_text()
-                if code != 0 or "Traceback" in text:
-                    self.problems.append(f"worker {proc.name} exited {code}:\n{text[-3000:]}")
+                found = crashes(proc.log_text())
+                if code != 0 or found:
+                    self.problems.append(f"worker {proc.name} exited {code}:\n"
+                                         + "\n".join(found)[-3000:])
 
     def close(self) -> None:
         self.queue.close()

@@ -135,6 +135,18 @@ def test_a_finalize_by_another_worker_is_caught() -> None:
     assert "finalize" in flagged(check(h.events, facts((1, "done"))))
 
 
+def test_a_finalize_while_the_attempt_still_runs_is_caught() -> None:
+    """A stale worker's write that lands on its successor's running attempt carries the
+    successor's token and owner: only its timing gives it away."""
+    h = H()
+    h.claim(1, 1, "A").start(1, 1, "A").reclaim(1, 1, "A")
+    h.claim(1, 2, "B").start(1, 2, "B")
+    h.fin(1, 2, "B")  # written while B's handler was still running
+    h.end(1, 2, "B")
+    rep = check(h.events, facts((1, "done")))
+    assert any("while its handler still ran" in m for m in rep.violations["finalize"])
+
+
 def test_a_lease_ended_twice_is_caught() -> None:
     h = H()
     h.claim(1, 1, "A").start(1, 1, "A").fin(1, 1, "A", "retry").reclaim(1, 1, "A")

@@ -37,8 +37,7 @@ import pytest
 import sqlalchemy as sa
 from hypothesis import HealthCheck, Phase, settings
 from hypothesis import strategies as st
-from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
-from hypothesis.stateful import run_state_machine_as_test
+from hypothesis.stateful import RuleBasedStateMachine, invariant, rule, run_state_machine_as_test
 
 import readyq
 from readyq.errors import DependencyCycle
@@ -54,7 +53,7 @@ IN_FLIGHT = ("leased", "running")
 UNFINISHED = ("waiting", "ready", "leased", "running")
 BAD = ("failed", "cancelled", "upstream_failed")
 TERMINAL = ("done", *BAD)
-EXAMPLES = int(os.environ.get("READYQ_MODEL_EXAMPLES", "30"))
+EXAMPLES = int(os.environ.get("READYQ_MODEL_EXAMPLES", "40"))
 STEPS = int(os.environ.get("READYQ_MODEL_STEPS", "30"))
 PHASES = tuple(Phase) if os.environ.get("READYQ_MODEL_SHRINK") == "1" else (
     Phase.explicit, Phase.reuse, Phase.generate)
@@ -236,7 +235,7 @@ class QueueModel(RuleBasedStateMachine):
             old = self.rows.get(jid)
             if old is not None and old.state in TERMINAL:
                 for col in WRITE_ONCE:
-                    assert getattr(r, col) == getattr(old, col), f"terminal job {jid}: {col} changed"
+                    assert getattr(r, col) == getattr(old, col), f"terminal {jid}: {col} changed"
             if old is not None:
                 assert r.lease_token >= old.lease_token, f"job {jid}: token went back"
             assert r.attempts <= r.max_attempts, f"job {jid}: attempts over max"
@@ -343,7 +342,9 @@ class QueueModel(RuleBasedStateMachine):
         ids = sorted(self.jobs)
         containers = [j for j in ids if self.jobs[j].state == "active"]
         is_container = data.draw(st.booleans().map(lambda b: b and len(containers) < 4), "box")
-        deps = set(data.draw(st.lists(st.sampled_from(ids[-8:]), max_size=2), "deps")) \
+        # Mostly unfinished jobs, so that waiting on several of them is common.
+        open_ids = [j for j in ids if self.jobs[j].state in UNFINISHED][-6:] or ids[-6:]
+        deps = set(data.draw(st.lists(st.sampled_from(open_ids), max_size=3), "deps")) \
             if ids and data.draw(st.booleans(), "with deps") else set()
         parent = data.draw(st.none() | st.sampled_from(containers), "parent") \
             if containers else None
