@@ -188,6 +188,7 @@ class Store:
         # Seconds added to the database clock. Tests move time forward with it instead of
         # sleeping; it shifts every comparison the same way, as a faster clock would.
         self.clock_offset = 0.0
+        self._now: sa.ColumnElement[float] | None = None
         # Test hook: called with the connection inside each claim transaction.
         self.on_claim_transaction: Callable[[Connection], None] | None = None
         # Called inside a transaction that made jobs ready (enqueue, or a completion that
@@ -215,10 +216,17 @@ class Store:
         return self._ensure()[0]
 
     def now(self) -> sa.ColumnElement[float]:
-        expr = self.dialect.now()
-        if self.clock_offset:
-            return expr + sa.literal(self.clock_offset, sa.Double)
-        return expr
+        """The database clock plus ``clock_offset``, read when each statement runs.
+
+        The offset is a bound parameter whose value is taken at execution, so statements
+        built once (see ``Dialect.cached``) follow a test's clock moves.
+        """
+        if self._now is None:
+            offset = sa.bindparam(
+                "rq_clock_offset", type_=sa.Double, callable_=lambda: self.clock_offset
+            )
+            self._now = self.dialect.now() + offset
+        return self._now
 
     def _translate(self, exc: sa.exc.DBAPIError) -> None:
         if self.dialect.is_missing_table(exc):
@@ -774,13 +782,13 @@ class Store:
             done_ids = sorted(i for i, state, _ in wave if state == JobState.DONE.value)
             bad = {i: state for i, state, _ in wave if state != JobState.DONE.value}
             if done_ids:
-                edges = Counter(
-                    conn.execute(
-                        sa.select(d.c.job_id).where(
-                            self.dialect.ids_match(d.c.depends_on_id, done_ids)
-                        )
-                    ).scalars()
+                dependents = self.dialect.cached(
+                    ("dependents", d.name),
+                    lambda: sa.select(d.c.job_id).where(
+                        self.dialect.ids_in(d.c.depends_on_id, "ids")
+                    ),
                 )
+                edges = Counter(conn.execute(dependents, {"ids": done_ids}).scalars())
                 by_count: dict[int, list[int]] = defaultdict(list)
                 for dependent, n in edges.items():
                     by_count[n].append(int(dependent))
@@ -948,24 +956,28 @@ class Store:
         if self.on_claim_transaction is not None:
             self.on_claim_transaction(conn)
         gate = conn.execute(
-            d.lock_rows(sa.select(t.gate.c.vclock, t.gate.c.seq).where(t.gate.c.id == GATE_ID))
+            d.cached(
+                ("gate", t.gate.name),
+                lambda: d.lock_rows(
+                    sa.select(t.gate.c.vclock, t.gate.c.seq).where(t.gate.c.id == GATE_ID)
+                ),
+            )
         ).first()
         if gate is None:
             raise SchemaNotFound("the readyq gate row is missing: call Queue.create_schema()")
         now = self.now()
         # In flight per group: a range of the state index, bounded by the cap.
-        flight = {
-            r.group_key: (int(r.n), int(r.w))
-            for r in conn.execute(
-                sa.select(
-                    j.c.group_key,
-                    sa.func.count().label("n"),
-                    sa.func.max(j.c.weight).label("w"),
-                )
-                .where(j.c.state.in_(IN_FLIGHT_STATES))
-                .group_by(j.c.group_key)
+        in_flight = d.cached(
+            ("in_flight", j.name),
+            lambda: sa.select(
+                j.c.group_key,
+                sa.func.count().label("n"),
+                sa.func.max(j.c.weight).label("w"),
             )
-        }
+            .where(j.c.state.in_(IN_FLIGHT_STATES))
+            .group_by(j.c.group_key),
+        )
+        flight = {r.group_key: (int(r.n), int(r.w)) for r in conn.execute(in_flight)}
         total_in_flight = sum(n for n, _ in flight.values())
         if cap - total_in_flight <= 0:
             return []
@@ -988,10 +1000,11 @@ class Store:
                 ),
                 now,
             )
-        history = {
-            r.group_key: r
-            for r in conn.execute(sa.select(g).where(g.c.group_key.in_(sorted(ready))))
-        }
+        histories = d.cached(
+            ("histories", g.name),
+            lambda: sa.select(g).where(g.c.group_key.in_(sa.bindparam("keys", expanding=True))),
+        )
+        history = {r.group_key: r for r in conn.execute(histories, {"keys": sorted(ready)})}
         demands = []
         for key in sorted(set(ready) | set(flight)):
             n_ready, w_ready = ready.get(key, (0, 0))
@@ -1030,16 +1043,36 @@ class Store:
         if not claimed:
             return []
         progress = account(plan, counts, demands, vclock, int(gate.seq))
-        for key, vfinish in progress.vfinish.items():
-            values = {"vfinish": vfinish, "served_seq": progress.served_seq[key]}
-            if key in history:
-                conn.execute(sa.update(g).where(g.c.group_key == key).values(**values))
-            else:
-                conn.execute(sa.insert(g).values(group_key=key, **values))
+        updates = [
+            {"key": key, "vfinish": vfinish, "served_seq": progress.served_seq[key]}
+            for key, vfinish in progress.vfinish.items()
+            if key in history
+        ]
+        inserts = [
+            {"group_key": key, "vfinish": vfinish, "served_seq": progress.served_seq[key]}
+            for key, vfinish in progress.vfinish.items()
+            if key not in history
+        ]
+        if updates:
+            conn.execute(
+                d.cached(
+                    ("progress", g.name),
+                    lambda: sa.update(g)
+                    .where(g.c.group_key == sa.bindparam("key", type_=g.c.group_key.type))
+                    .values(vfinish=sa.bindparam("vfinish"), served_seq=sa.bindparam("served_seq")),
+                ),
+                updates,
+            )
+        if inserts:
+            conn.execute(sa.insert(g), inserts)
         conn.execute(
-            sa.update(t.gate)
-            .where(t.gate.c.id == GATE_ID)
-            .values(vclock=progress.vclock, seq=progress.seq)
+            d.cached(
+                ("gate_progress", t.gate.name),
+                lambda: sa.update(t.gate)
+                .where(t.gate.c.id == GATE_ID)
+                .values(vclock=sa.bindparam("vclock"), seq=sa.bindparam("seq")),
+            ),
+            {"vclock": progress.vclock, "seq": progress.seq},
         )
         return claimed
 
@@ -1053,28 +1086,39 @@ class Store:
     ) -> dict[str, tuple[int, int]]:
         """group -> (runnable jobs counted up to ``cap``, their largest weight)."""
         j = self.tables.jobs
-        out: dict[str, tuple[int, int]] = {}
-        for start in range(0, len(groups), 100):
+        d = self.dialect
+        shape = None if types is None else tuple(types)
+
+        def build(n: int) -> sa.Executable:
             parts = []
-            for key in groups[start : start + 100]:
+            for i in range(n):
+                key = sa.bindparam(f"g{i}", type_=j.c.group_key.type)
                 head = (
                     sa.select(j.c.weight)
                     .where(runnable(self.tables, now, group=key, types=types))
                     .order_by(*claim_order(self.tables))
-                    .limit(cap)
+                    .limit(sa.bindparam("cap", type_=sa.Integer))
                     .subquery()
                 )
                 parts.append(
                     sa.select(
-                        sa.literal(key, type_=j.c.group_key.type).label("group_key"),
+                        sa.literal(i).label("i"),
                         sa.func.count().label("n"),
                         sa.func.max(head.c.weight).label("w"),
                     ).select_from(head)
                 )
-            stmt = parts[0] if len(parts) == 1 else sa.union_all(*parts)
-            for r in conn.execute(stmt):
+            return parts[0] if n == 1 else sa.union_all(*parts)
+
+        out: dict[str, tuple[int, int]] = {}
+        for start in range(0, len(groups), 100):
+            chunk = groups[start : start + 100]
+            n = len(chunk)
+            stmt = d.cached(("runnable_counts", j.name, shape, n), lambda n=n: build(n))
+            params: dict[str, Any] = {f"g{i}": key for i, key in enumerate(chunk)}
+            params["cap"] = cap
+            for r in conn.execute(stmt, params):
                 if int(r.n):
-                    out[r.group_key] = (int(r.n), int(r.w))
+                    out[chunk[int(r.i)]] = (int(r.n), int(r.w))
         return out
 
     # -- fenced writes ------------------------------------------------------------------
@@ -1204,14 +1248,10 @@ class Store:
         """Mark a batch done in one statement, each row fenced by its own lease."""
         j = self.tables.jobs
         now = self.now()
-        count = conn.execute(
-            self.dialect.done_statement(
-                self.tables,
-                owner,
-                [(o.job.id, o.job.lease_token, o.result_json) for o in done],
-                now,
-            )
-        ).rowcount
+        stmt, params = self.dialect.done_update(
+            self.tables, owner, [(o.job.id, o.job.lease_token, o.result_json) for o in done], now
+        )
+        count = conn.execute(stmt, params).rowcount
         if count == len(done):
             for o in done:
                 applied[o.job.id] = True
@@ -1342,8 +1382,9 @@ class Store:
         """
         j = self.tables.jobs
         now = self.now()
-        due = (
-            sa.select(j.c.id)
+        due = self.dialect.cached(
+            ("reclaim_due", j.name),
+            lambda: sa.select(j.c.id)
             .where(
                 j.c.state.in_(IN_FLIGHT_STATES),
                 sa.or_(
@@ -1351,7 +1392,7 @@ class Store:
                     sa.and_(j.c.state == "running", j.c.deadline < now),
                 ),
             )
-            .limit(1)
+            .limit(1),
         )
         # A plain read first: most ticks find nothing, and then take no write lock.
         if self.read(lambda conn: conn.execute(due).first()) is None:

@@ -8,15 +8,17 @@ group's runnable jobs are claimed, and which errors are worth a retry.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypeVar
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
 
 from readyq.model import ClaimedJob
 from readyq.schema import Tables
+
+S = TypeVar("S")
 
 
 @dataclass(frozen=True)
@@ -43,6 +45,26 @@ class ClaimRequest:
     # claimed (running, with a deadline) instead of leaving them leased.
     start: Mapping[str, tuple[float | None, bool]] | None = None
 
+    def shape(self) -> tuple[Any, ...]:
+        """What the claim statement's text depends on (the rest is bound at execution)."""
+        return (
+            None if self.types is None else tuple(self.types),
+            None if self.start is None else tuple(sorted(self.start.items())),
+        )
+
+    def params(self) -> dict[str, Any]:
+        """The values bound into a claim statement built by :func:`lease_values` and
+        :func:`readyq.sql.ready.runnable` with ``group=GROUP``."""
+        return {"rq_owner": self.owner, "rq_group": self.group, "rq_limit": self.limit,
+                "rq_ttl": self.ttl}
+
+
+# Bound parameters of a claim statement; ClaimRequest.params() gives their values.
+OWNER = sa.bindparam("rq_owner", type_=sa.String)
+GROUP = sa.bindparam("rq_group", type_=sa.String)
+LIMIT = sa.bindparam("rq_limit", type_=sa.Integer)
+TTL = sa.bindparam("rq_ttl", type_=sa.Double)
+
 
 class Dialect(ABC):
     """Shared behaviour; each database overrides what its facts force."""
@@ -55,6 +77,19 @@ class Dialect(ABC):
 
     def __init__(self, server_version: tuple[int, ...] = ()) -> None:
         self.server_version = server_version
+        self._statements: dict[Any, Any] = {}
+
+    def cached(self, key: Any, build: Callable[[], S]) -> S:
+        """The statement stored under ``key``, built by ``build`` the first time.
+
+        The hot path (claim, finish, heartbeat) runs the same few statements thousands of
+        times a second: built once with bound parameters, each is constructed, keyed and
+        compiled by SQLAlchemy once instead of on every call.
+        """
+        stmt = self._statements.get(key)
+        if stmt is None:
+            stmt = self._statements[key] = build()
+        return stmt  # type: ignore[no-any-return]
 
     # -- engine -------------------------------------------------------------------------
 
@@ -109,32 +144,41 @@ class Dialect(ABC):
         A recursive query steps from one group to the next, each step one index probe,
         so the cost follows the number of groups rather than the number of ready jobs.
         """
-        j = t.jobs
-        walk = (
-            sa.select(sa.func.min(j.c.group_key).label("k"))
-            .where(j.c.state == "ready")
-            .cte("ready_groups", recursive=True)
-        )
-        step = sa.select(
-            sa.select(sa.func.min(j.c.group_key))
-            .where(j.c.state == "ready", j.c.group_key > walk.c.k)
-            .scalar_subquery()
-        ).where(walk.c.k.is_not(None))
-        walk = walk.union_all(step)
-        return list(conn.execute(sa.select(walk.c.k).where(walk.c.k.is_not(None))).scalars())
+        def build() -> sa.Select[Any]:
+            j = t.jobs
+            walk = (
+                sa.select(sa.func.min(j.c.group_key).label("k"))
+                .where(j.c.state == "ready")
+                .cte("ready_groups", recursive=True)
+            )
+            step = sa.select(
+                sa.select(sa.func.min(j.c.group_key))
+                .where(j.c.state == "ready", j.c.group_key > walk.c.k)
+                .scalar_subquery()
+            ).where(walk.c.k.is_not(None))
+            walk = walk.union_all(step)
+            return sa.select(walk.c.k).where(walk.c.k.is_not(None))
 
-    def done_statement(
+        stmt = self.cached(("ready_groups", t.jobs.name), build)
+        return list(conn.execute(stmt).scalars())
+
+    def done_update(
         self,
         t: Tables,
         owner: str,
         rows: Sequence[tuple[int, int, str | None]],
         now: sa.ColumnElement[float],
-    ) -> sa.Update:
-        """Mark (id, token, result) rows done in one UPDATE, each fenced by its lease."""
+    ) -> tuple[sa.Update, dict[str, Any]]:
+        """Mark (id, token, result) rows done in one UPDATE, each fenced by its lease.
+
+        Returns the statement and its parameters. This portable form binds two values
+        per row; each database overrides it with a statement whose text does not depend
+        on the batch (the batch travels as one parameter), built once.
+        """
         j = t.jobs
         results = {i: r for i, _, r in rows if r is not None}
         result: Any = sa.case(results, value=j.c.id, else_=sa.null()) if results else None
-        return (
+        stmt = (
             sa.update(j)
             .where(
                 self.pairs_match(j.c.id, j.c.lease_token, [(i, k) for i, k, _ in rows]),
@@ -143,6 +187,7 @@ class Dialect(ABC):
             )
             .values(done_values(now, result))
         )
+        return stmt, {}
 
     # -- lists of ids -------------------------------------------------------------------
 
@@ -151,6 +196,11 @@ class Dialect(ABC):
     ) -> sa.ColumnElement[bool]:
         """``column IN (ids)``."""
         return column.in_(list(ids))
+
+    def ids_in(self, column: sa.ColumnElement[Any], name: str) -> sa.ColumnElement[bool]:
+        """``column IN (:name)`` for a statement built once: the list is bound at
+        execution (``{name: ids}``)."""
+        return column.in_(sa.bindparam(name, expanding=True))
 
     def pairs_match(
         self,
@@ -243,14 +293,17 @@ def claim_columns(t: Tables) -> list[sa.Column[Any]]:
 
 
 def lease_values(t: Tables, req: ClaimRequest, now: sa.ColumnElement[float]) -> dict[str, Any]:
-    """The SET clause of a claim: a new lease, a new fencing token, one more attempt."""
+    """The SET clause of a claim: a new lease, a new fencing token, one more attempt.
+
+    The owner and the lease length are bound parameters (``req.params()``); only the
+    start policies shape the SQL."""
     j = t.jobs
     values: dict[str, Any] = {
         "state": "leased",
-        "lease_owner": req.owner,
+        "lease_owner": OWNER,
         "lease_token": j.c.lease_token + 1,
         "attempts": j.c.attempts + 1,
-        "lease_expires": now + req.ttl,
+        "lease_expires": now + TTL,
         "heartbeat_at": now,
         "updated_at": now,
         "cancel_requested": False,

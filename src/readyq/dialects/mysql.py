@@ -21,17 +21,22 @@ Deviations and limits:
 
 from __future__ import annotations
 
+import json
+from collections.abc import Sequence
 from typing import Any, ClassVar
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from readyq.dialects.base import (
+    GROUP,
+    LIMIT,
     Capabilities,
     ClaimRequest,
     Dialect,
     claim_columns,
     claimed_from_row,
+    done_values,
     lease_values,
 )
 from readyq.errors import UnsupportedDatabase
@@ -106,12 +111,21 @@ class MySQLDialect(Dialect):
         ``group_key > k`` row by row; a plain query uses the (state, group_key) range.
         """
         j = t.jobs
+
+        def probe(after: bool) -> sa.Select[Any]:
+            stmt = sa.select(j.c.group_key).where(j.c.state == "ready")
+            if after:
+                stmt = stmt.where(j.c.group_key > sa.bindparam("after", type_=sa.String))
+            return stmt.order_by(j.c.state, j.c.group_key).limit(1)
+
+        first = self.cached(("ready_group_first", j.name), lambda: probe(False))
+        step = self.cached(("ready_group_next", j.name), lambda: probe(True))
         keys: list[str] = []
         while True:
-            stmt = sa.select(j.c.group_key).where(j.c.state == "ready")
             if keys:
-                stmt = stmt.where(j.c.group_key > keys[-1])
-            key = conn.execute(stmt.order_by(j.c.state, j.c.group_key).limit(1)).scalar()
+                key = conn.execute(step, {"after": keys[-1]}).scalar()
+            else:
+                key = conn.execute(first).scalar()
             if key is None:
                 return keys
             keys.append(key)
@@ -124,30 +138,78 @@ class MySQLDialect(Dialect):
     def claim_select(
         self, t: Tables, req: ClaimRequest, now: sa.ColumnElement[float]
     ) -> sa.Select[Any]:
-        """``SELECT ... LIMIT n FOR UPDATE SKIP LOCKED``: exclusive, never a shared lock."""
-        return (
-            sa.select(*claim_columns(t))
-            .where(runnable(t, now, group=req.group, types=req.types))
+        """``SELECT ... LIMIT n FOR UPDATE SKIP LOCKED``: exclusive, never a shared lock.
+
+        Built once per shape; group and limit are bound (``req.params()``)."""
+        return self.cached(
+            ("claim_select", t.jobs.name, req.shape()),
+            lambda: sa.select(*claim_columns(t))
+            .where(runnable(t, now, group=GROUP, types=req.types))
             .order_by(*claim_order(t))
-            .limit(req.limit)
-            .with_for_update(skip_locked=True)
+            .limit(LIMIT)
+            .with_for_update(skip_locked=True),
         )
 
     def claim(
         self, conn: Connection, t: Tables, req: ClaimRequest, now: sa.ColumnElement[float]
     ) -> list[ClaimedJob]:
         j = t.jobs
-        rows = conn.execute(self.claim_select(t, req, now)).all()
+        params = req.params()
+        rows = conn.execute(self.claim_select(t, req, now), params).all()
         if not rows:
             return []
         ids = [row.id for row in rows]
-        result = conn.execute(
-            sa.update(j)
-            .where(j.c.id.in_(ids), j.c.state == "ready")
-            .values(**lease_values(t, req, now))
+        update = self.cached(
+            ("claim_update", j.name, req.shape()),
+            lambda: sa.update(j)
+            .where(j.c.id.in_(sa.bindparam("ids", expanding=True)), j.c.state == "ready")
+            .values(**lease_values(t, req, now)),
         )
+        result = conn.execute(update, {**params, "ids": ids})
         if result.rowcount != len(ids):
             raise RuntimeError(  # the rows are locked by this transaction: cannot happen
                 f"claim updated {result.rowcount} of {len(ids)} locked rows"
             )
         return [claimed_from_row(row, before_update=True) for row in rows]
+
+    def done_update(
+        self,
+        t: Tables,
+        owner: str,
+        rows: Sequence[tuple[int, int, str | None]],
+        now: sa.ColumnElement[float],
+    ) -> tuple[sa.Update, dict[str, Any]]:
+        """A multi-table ``UPDATE jobs, (SELECT ... FROM JSON_TABLE(:batch ...)) b``: the
+        batch travels as one JSON array of [id, token, result] (JSON_TABLE: MySQL 8.0.4+,
+        MariaDB 10.6+, both within readyq's version floor), each row joined by primary
+        key and fenced by its token."""
+
+        def build() -> sa.Update:
+            j = t.jobs
+            # text(): SQLAlchemy has no construct for JSON_TABLE's COLUMNS clause.
+            batch = (
+                sa.text(
+                    "SELECT id, token, result FROM JSON_TABLE(:d_batch, '$[*]' COLUMNS ("
+                    "id BIGINT PATH '$[0]', token BIGINT PATH '$[1]', "
+                    "result LONGTEXT CHARACTER SET utf8mb4 PATH '$[2]')) AS jt"
+                )
+                .columns(
+                    sa.column("id", sa.BigInteger),
+                    sa.column("token", sa.BigInteger),
+                    sa.column("result", sa.Text),
+                )
+                .subquery("batch")
+            )
+            return (
+                sa.update(j)
+                .where(
+                    j.c.id == batch.c.id,
+                    j.c.lease_token == batch.c.token,
+                    j.c.lease_owner == sa.bindparam("d_owner", type_=sa.String),
+                    j.c.state == "running",
+                )
+                .values(done_values(now, batch.c.result))
+            )
+
+        params = {"d_batch": json.dumps([list(r) for r in rows]), "d_owner": owner}
+        return self.cached(("done", t.jobs.name), build), params

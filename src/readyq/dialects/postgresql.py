@@ -21,6 +21,8 @@ from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.engine import Connection
 
 from readyq.dialects.base import (
+    GROUP,
+    LIMIT,
     Capabilities,
     ClaimRequest,
     Dialect,
@@ -64,6 +66,10 @@ class PostgresDialect(Dialect):
         """``column = ANY(:ids)``: one array parameter, so the SQL text does not change with
         the number of ids and the driver can prepare it once."""
         return column == sa.any_(sa.bindparam(None, list(ids), type_=ARRAY(sa.BigInteger)))
+
+    def ids_in(self, column: sa.ColumnElement[Any], name: str) -> sa.ColumnElement[bool]:
+        """``column = ANY(:name)``, the list bound as one array."""
+        return column == sa.any_(sa.bindparam(name, type_=ARRAY(sa.BigInteger)))
 
     def pairs_match(
         self,
@@ -154,35 +160,45 @@ class PostgresDialect(Dialect):
         conn.execute(sa.insert(j).from_select(target, select))
         return ids
 
-    def done_statement(
+    def done_update(
         self,
         t: Tables,
         owner: str,
         rows: Sequence[tuple[int, int, str | None]],
         now: sa.ColumnElement[float],
-    ) -> sa.Update:
+    ) -> tuple[sa.Update, dict[str, Any]]:
         """``UPDATE ... FROM unnest(:ids, :tokens, :results)``: three array parameters
-        whatever the batch size, where a CASE would bind two per row."""
-        j = t.jobs
-        src = (
-            sa.func.unnest(
-                sa.bindparam(None, [r[0] for r in rows], type_=ARRAY(sa.BigInteger)),
-                sa.bindparam(None, [r[1] for r in rows], type_=ARRAY(sa.BigInteger)),
-                sa.bindparam(None, [r[2] for r in rows], type_=ARRAY(sa.Text)),
+        whatever the batch size, so the text never changes and the server plans it once."""
+
+        def build() -> sa.Update:
+            j = t.jobs
+            src = (
+                sa.func.unnest(
+                    sa.bindparam("d_ids", type_=ARRAY(sa.BigInteger)),
+                    sa.bindparam("d_tokens", type_=ARRAY(sa.BigInteger)),
+                    sa.bindparam("d_results", type_=ARRAY(sa.Text)),
+                )
+                .table_valued("id", "token", "result")
+                .render_derived(name="done")
             )
-            .table_valued("id", "token", "result")
-            .render_derived(name="done")
-        )
-        return (
-            sa.update(j)
-            .where(
-                j.c.id == src.c.id,
-                j.c.lease_token == src.c.token,
-                j.c.lease_owner == owner,
-                j.c.state == "running",
+            return (
+                sa.update(j)
+                .where(
+                    j.c.id == src.c.id,
+                    j.c.lease_token == src.c.token,
+                    j.c.lease_owner == sa.bindparam("d_owner", type_=sa.String),
+                    j.c.state == "running",
+                )
+                .values(done_values(now, src.c.result))
             )
-            .values(done_values(now, src.c.result))
-        )
+
+        params = {
+            "d_ids": [r[0] for r in rows],
+            "d_tokens": [r[1] for r in rows],
+            "d_results": [r[2] for r in rows],
+            "d_owner": owner,
+        }
+        return self.cached(("done", t.jobs.name), build), params
 
     def insert_edges(self, conn: Connection, t: Tables, edges: list[dict[str, int]]) -> None:
         """One ``INSERT ... SELECT FROM unnest(:job_ids, :depends_on_ids)``."""
@@ -209,27 +225,33 @@ class PostgresDialect(Dialect):
     def claim_statement(
         self, t: Tables, req: ClaimRequest, now: sa.ColumnElement[float]
     ) -> sa.Update:
-        """``WITH claimable AS MATERIALIZED (... FOR UPDATE SKIP LOCKED) UPDATE ... RETURNING``."""
-        j = t.jobs
-        chosen = (
-            sa.select(j.c.id)
-            .where(runnable(t, now, group=req.group, types=req.types))
-            .order_by(*claim_order(t))
-            .limit(req.limit)
-            .with_for_update(skip_locked=True)
-            .cte("claimable")
-            .prefix_with("MATERIALIZED")
-        )
-        stmt = (
-            sa.update(j)
-            .where(j.c.id == chosen.c.id)
-            .values(**lease_values(t, req, now))
-            .returning(*claim_columns(t))
-        )
-        return stmt
+        """``WITH claimable AS MATERIALIZED (... FOR UPDATE SKIP LOCKED) UPDATE ... RETURNING``.
+
+        Built once per shape (job types, start policies); group, limit, owner and lease
+        length are bound (``req.params()``)."""
+
+        def build() -> sa.Update:
+            j = t.jobs
+            chosen = (
+                sa.select(j.c.id)
+                .where(runnable(t, now, group=GROUP, types=req.types))
+                .order_by(*claim_order(t))
+                .limit(LIMIT)
+                .with_for_update(skip_locked=True)
+                .cte("claimable")
+                .prefix_with("MATERIALIZED")
+            )
+            return (
+                sa.update(j)
+                .where(j.c.id == chosen.c.id)
+                .values(**lease_values(t, req, now))
+                .returning(*claim_columns(t))
+            )
+
+        return self.cached(("claim", t.jobs.name, req.shape()), build)
 
     def claim(
         self, conn: Connection, t: Tables, req: ClaimRequest, now: sa.ColumnElement[float]
     ) -> list[ClaimedJob]:
         stmt = self.claim_statement(t, req, now)
-        return [claimed_from_row(row) for row in conn.execute(stmt)]
+        return [claimed_from_row(row) for row in conn.execute(stmt, req.params())]

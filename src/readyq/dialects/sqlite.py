@@ -20,7 +20,9 @@ Deviations and limits:
 
 from __future__ import annotations
 
+import json
 import sqlite3
+from collections.abc import Sequence
 from typing import Any, ClassVar
 
 import sqlalchemy as sa
@@ -28,11 +30,14 @@ from sqlalchemy import event
 from sqlalchemy.engine import Connection
 
 from readyq.dialects.base import (
+    GROUP,
+    LIMIT,
     Capabilities,
     ClaimRequest,
     Dialect,
     claim_columns,
     claimed_from_row,
+    done_values,
     lease_values,
 )
 from readyq.errors import UnsupportedDatabase
@@ -103,26 +108,61 @@ class SQLiteDialect(Dialect):
     def claim_statement(
         self, t: Tables, req: ClaimRequest, now: sa.ColumnElement[float]
     ) -> sa.Update:
-        """``UPDATE ... WHERE id IN (SELECT ... LIMIT n) RETURNING ...``."""
-        j = t.jobs
-        chosen = (
-            sa.select(j.c.id)
-            .where(runnable(t, now, group=req.group, types=req.types))
-            .order_by(*claim_order(t))
-            .limit(req.limit)
-            .scalar_subquery()
-        )
-        stmt = (
-            sa.update(j)
-            .where(j.c.id.in_(chosen))
-            .values(**lease_values(t, req, now))
-            .returning(*claim_columns(t))
-        )
-        return stmt
+        """``UPDATE ... WHERE id IN (SELECT ... LIMIT n) RETURNING ...``, built once per
+        shape (group, limit, owner and lease length are bound)."""
+
+        def build() -> sa.Update:
+            j = t.jobs
+            chosen = (
+                sa.select(j.c.id)
+                .where(runnable(t, now, group=GROUP, types=req.types))
+                .order_by(*claim_order(t))
+                .limit(LIMIT)
+                .scalar_subquery()
+            )
+            return (
+                sa.update(j)
+                .where(j.c.id.in_(chosen))
+                .values(**lease_values(t, req, now))
+                .returning(*claim_columns(t))
+            )
+
+        return self.cached(("claim", t.jobs.name, req.shape()), build)
 
     def claim(
         self, conn: Connection, t: Tables, req: ClaimRequest, now: sa.ColumnElement[float]
     ) -> list[ClaimedJob]:
         # The caller's transaction began with BEGIN IMMEDIATE (begin_write).
         stmt = self.claim_statement(t, req, now)
-        return [claimed_from_row(row) for row in conn.execute(stmt)]
+        return [claimed_from_row(row) for row in conn.execute(stmt, req.params())]
+
+    def done_update(
+        self,
+        t: Tables,
+        owner: str,
+        rows: Sequence[tuple[int, int, str | None]],
+        now: sa.ColumnElement[float],
+    ) -> tuple[sa.Update, dict[str, Any]]:
+        """``UPDATE ... FROM json_each(:batch)``: the batch travels as one JSON array of
+        [id, token, result] (SQLite 3.33+ has UPDATE ... FROM; json_each is built in)."""
+
+        def build() -> sa.Update:
+            j = t.jobs
+            batch = (
+                sa.func.json_each(sa.bindparam("d_batch", type_=sa.Text))
+                .table_valued("value")
+                .alias("batch")
+            )
+            return (
+                sa.update(j)
+                .where(
+                    j.c.id == sa.func.json_extract(batch.c.value, "$[0]"),
+                    j.c.lease_token == sa.func.json_extract(batch.c.value, "$[1]"),
+                    j.c.lease_owner == sa.bindparam("d_owner", type_=sa.String),
+                    j.c.state == "running",
+                )
+                .values(done_values(now, sa.func.json_extract(batch.c.value, "$[2]")))
+            )
+
+        params = {"d_batch": json.dumps([list(r) for r in rows]), "d_owner": owner}
+        return self.cached(("done", t.jobs.name), build), params

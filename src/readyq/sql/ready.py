@@ -22,7 +22,7 @@ def runnable(
     t: Tables,
     now: sa.ColumnElement[float],
     *,
-    group: str | None = None,
+    group: str | sa.ColumnElement[str] | None = None,
     types: Sequence[str] | None = None,
 ) -> sa.ColumnElement[bool]:
     """WHERE clause of the jobs a worker may claim now (reads the ready index only)."""
