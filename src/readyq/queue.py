@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import math
-import time
 import numbers
+import time
+from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
@@ -18,18 +19,19 @@ from readyq.dialects import dialect_class
 from readyq.errors import (
     ConfigurationError,
     DependencyNotFound,
-    InvalidParent,
     InvalidJobOption,
+    InvalidParent,
     InvalidWeight,
     QueueClosed,
     UnknownJobType,
 )
-from readyq.planning.limits import Limits
-from readyq.model import Job, JobInfo
+from readyq.metrics import Observers
+from readyq.model import GroupStats, Job, JobInfo
 from readyq.payload import DEFAULT_MAX_PAYLOAD_BYTES, encode
 from readyq.planning.backoff import DEFAULT_RETRY_BASE, DEFAULT_RETRY_MAX
-from readyq.schema import DEFAULT_PREFIX, validate_prefix
 from readyq.planning.dag import insertion_order
+from readyq.planning.limits import Limits
+from readyq.schema import DEFAULT_PREFIX, validate_prefix
 from readyq.store import BatchJob, NewJob, Store
 
 DEFAULT_URL = "sqlite:///readyq.db"
@@ -126,6 +128,8 @@ class Queue:
             ``jobs`` table. Must match ``^[A-Za-z_][A-Za-z0-9_]{0,30}$``.
         max_payload_bytes: largest args or result accepted, as UTF-8 JSON (1 MiB).
         default_max_attempts: attempts for jobs whose type sets none (3).
+        observers: metrics hooks (see :mod:`readyq.metrics`), called on enqueue and by
+            every worker of this queue.
 
     Example::
 
@@ -150,6 +154,7 @@ class Queue:
         default_max_attempts: int = DEFAULT_MAX_ATTEMPTS,
         engine_options: dict[str, Any] | None = None,
         listen: bool | None = None,
+        observers: Iterable[Any] = (),
     ) -> None:
         validate_prefix(prefix)
         if isinstance(max_payload_bytes, bool) or not isinstance(max_payload_bytes, int) or max_payload_bytes <= 0:
@@ -173,6 +178,7 @@ class Queue:
 
         install_notify(self._store, listen)
         self._handlers: dict[str, HandlerSpec] = {}
+        self._observers = Observers(observers)
         self._closed = False
 
     # -- set-up ---------------------------------------------------------------------------
@@ -213,6 +219,31 @@ class Queue:
     def _check_open(self) -> None:
         if self._closed:
             raise QueueClosed("this queue was closed")
+
+    # -- observers --------------------------------------------------------------------------
+
+    def add_observer(self, observer: Any) -> None:
+        """Add a metrics observer (see :mod:`readyq.metrics`) to this queue and its workers.
+
+        Workers built before the call see it too. Raises ConfigurationError for an object
+        with none of the hooks.
+        """
+        self._observers.add(observer)
+
+    @property
+    def observers(self) -> tuple[Any, ...]:
+        """The observers given to this queue."""
+        return tuple(self._observers)
+
+    def group_stats(self) -> dict[str, GroupStats]:
+        """Per group: jobs claimable now, the longest wait among them, and jobs in flight.
+
+        Read with the database's clock, at the cost of one pass over the ready and the
+        in-flight rows (finished jobs are never read): meant for metrics scrapes.
+        Groups with nothing ready or in flight are left out.
+        """
+        self._check_open()
+        return self._store.group_stats()
 
     # -- handlers ---------------------------------------------------------------------------
 
@@ -374,7 +405,10 @@ class Queue:
             parent=parent, run_after=run_after, max_attempts=max_attempts, timeout=timeout,
             is_container=False,
         )
-        return self._store.enqueue(job, connection=self._connection(connection))
+        job_id = self._store.enqueue(job, connection=self._connection(connection))
+        if self._observers:
+            self._observers.emit("on_enqueued", 1, type)
+        return job_id
 
     def enqueue_container(
         self,
@@ -473,6 +507,10 @@ class Queue:
             for pos in order
         ]
         ids = self._store.enqueue_many(batch, connection=self._connection(connection))
+        if self._observers:
+            per_type = Counter(spec.type for spec in specs if not spec.container)
+            for type_, n in per_type.items():
+                self._observers.emit("on_enqueued", n, type_)
         return [ids[where[pos]] for pos in range(len(specs))]
 
     # -- inspect and control ---------------------------------------------------------------------
