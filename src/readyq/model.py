@@ -152,7 +152,8 @@ class Job:
     Attributes:
         id: the job id.
         type: the handler key.
-        args: the decoded JSON args.
+        args: the decoded JSON args; an instance of the handler's ``args_model`` when it
+            has one (see :meth:`readyq.Queue.handler`).
         attempt: 1 for the first run, 2 for the first retry... Use ``(id, attempt)`` to
             build idempotency keys for side effects.
         group: the fair-share group.

@@ -25,6 +25,7 @@ from readyq.errors import (
     QueueClosed,
     UnknownJobType,
 )
+from readyq.handlers import check_model, normalize_args
 from readyq.metrics import Observers
 from readyq.model import GroupStats, Job, JobInfo
 from readyq.payload import DEFAULT_MAX_PAYLOAD_BYTES, encode
@@ -79,6 +80,8 @@ class HandlerSpec:
     retry_on_timeout: bool
     retry_base: float
     retry_max: float
+    args_model: Any = None
+    result_model: Any = None
 
 
 def _seconds(value: float | timedelta | None, what: str, *, allow_zero: bool = False) -> float | None:
@@ -256,6 +259,8 @@ class Queue:
         retry_on_timeout: bool = True,
         retry_backoff: float | timedelta = DEFAULT_RETRY_BASE,
         retry_backoff_max: float | timedelta = DEFAULT_RETRY_MAX,
+        args_model: type[Any] | None = None,
+        result_model: type[Any] | None = None,
     ) -> Callable[[F], F]:
         """Register the function that runs jobs of ``type``.
 
@@ -266,9 +271,16 @@ class Queue:
             retry_on_timeout: retry a timed-out attempt (True) or fail the job (False).
             retry_backoff: first retry delay; doubles each attempt up to
                 ``retry_backoff_max``, with ±10% jitter.
+            args_model: a pydantic v2 model. Args enqueued for this type are validated
+                (raising :class:`readyq.InvalidJobArgs`, nothing written) and stored as
+                its JSON dump; the handler gets ``job.args`` as a model instance.
+            result_model: a pydantic v2 model the handler's result must validate
+                against; a result that does not fails the attempt with
+                :class:`readyq.InvalidJobResult`.
 
-        The handler gets a :class:`readyq.Job` and returns a JSON-serialisable result.
-        It may be ``async def``; it then runs in its own event loop in the job's thread.
+        The handler gets a :class:`readyq.Job` and returns a JSON-serialisable result
+        (or a pydantic model, stored as its JSON dump). It may be ``async def``; it then
+        runs in its own event loop in the job's thread.
         """
         _key(type, "handler type")
         timeout_s = _seconds(timeout, "timeout")
@@ -276,6 +288,8 @@ class Queue:
             raise ConfigurationError(f"max_attempts must be an int >= 1, not {max_attempts!r}")
         base = _seconds(retry_backoff, "retry_backoff", allow_zero=True) or 0.0
         cap = _seconds(retry_backoff_max, "retry_backoff_max", allow_zero=True) or 0.0
+        check_model(args_model, "args_model")
+        check_model(result_model, "result_model")
 
         def register(fn: F) -> F:
             self._handlers[type] = HandlerSpec(
@@ -286,6 +300,8 @@ class Queue:
                 retry_on_timeout=retry_on_timeout,
                 retry_base=base,
                 retry_max=cap,
+                args_model=args_model,
+                result_model=result_model,
             )
             return fn
 
@@ -324,7 +340,9 @@ class Queue:
             raise InvalidWeight(f"weight must be an int from 1 to {MAX_WEIGHT}, not {weight!r}")
         if isinstance(priority, bool) or not isinstance(priority, int) or abs(priority) > MAX_PRIORITY:
             raise InvalidJobOption(f"priority must be an int within ±{MAX_PRIORITY}, not {priority!r}")
-        spec = self._handlers.get(type)
+        spec = None if is_container else self._handlers.get(type)
+        if spec is not None and spec.args_model is not None:
+            args = normalize_args(spec.args_model, type, args)
         if max_attempts is None:
             max_attempts = (spec.max_attempts if spec else None) or self.default_max_attempts
         if isinstance(max_attempts, bool) or not isinstance(max_attempts, int) or max_attempts < 1:

@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 import sqlalchemy as sa
 
 from readyq.errors import ConfigurationError, InvalidJob, LeaseLost
+from readyq.handlers import dump_result, parse_args
 from readyq.metrics import FINISHED_STATES
 from readyq.model import ClaimedJob, Job, job_log_fields
 from readyq.payload import decode, encode
@@ -137,18 +138,29 @@ def claimed_fields(c: ClaimedJob) -> dict[str, object]:
     return job_log_fields(c.id, c.type, c.attempt, c.group)
 
 
+def prepare_job(job: Job, spec: HandlerSpec) -> None:
+    """Turn ``job.args`` into the handler's ``args_model`` instance, if it has one.
+
+    Runs where the handler runs, inside its span: a failure fails the attempt.
+    """
+    if spec.args_model is not None:
+        job.args = parse_args(spec.args_model, job.type, job.args)
+
+
 def done_outcome(
     c: ClaimedJob,
     value: Any,
     max_bytes: int,
+    spec: HandlerSpec | None = None,
     *,
     duration: float = 0.0,
 ) -> Outcome:
     """The outcome of an attempt whose handler returned ``value``.
 
-    Raises ValueError when the value cannot be stored; the caller treats that as the
-    handler's failure.
+    Raises ValueError when the value cannot be stored (or fails the handler's
+    ``result_model``); the caller treats that as the handler's failure.
     """
+    value = dump_result(None if spec is None else spec.result_model, c.type, value)
     try:
         result_json = encode(value, max_bytes=max_bytes, what="result")
     except InvalidJob as exc:
@@ -520,11 +532,12 @@ class Worker:
         began = time.monotonic()
         with attempt_span(c) as span:
             try:
+                prepare_job(job, spec)
                 if inspect.iscoroutinefunction(spec.fn):
                     value = asyncio.run(spec.fn(job))
                 else:
                     value = spec.fn(job)
-                outcome = done_outcome(c, value, self.queue.max_payload_bytes,
+                outcome = done_outcome(c, value, self.queue.max_payload_bytes, spec,
                                        duration=time.monotonic() - began)
             except BaseException as exc:  # a handler's failure, whatever it is, fails it
                 mark_failed(span, exc)

@@ -1,5 +1,5 @@
-"""The asyncio worker calls the same hooks and opens the same spans as the thread worker;
-the Prometheus gauges read through its loop."""
+"""The asyncio worker calls the same hooks, opens the same spans and validates the same
+pydantic models as the thread worker; the Prometheus gauges read through its loop."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ import logging
 from typing import Any
 
 import prometheus_client
+import pydantic
 import pytest
 from opentelemetry import trace
 from opentelemetry.trace import StatusCode
@@ -16,6 +17,15 @@ import readyq
 from async_support import async_engine
 from observability_support import Recorder, span_exporter
 from readyq.prometheus import PrometheusMetrics
+
+
+class FetchArgs(pydantic.BaseModel):
+    url: str
+    retries: int = 0
+
+
+class FetchResult(pydantic.BaseModel):
+    size: int
 
 
 def test_async_worker_reports_like_the_thread_worker(
@@ -38,17 +48,19 @@ def test_async_worker_reports_like_the_thread_worker(
             await queue.create_schema()
             PrometheusMetrics(queue, registry=registry)
 
-            @queue.handler("fetch")
-            async def fetch(job: readyq.Job) -> dict[str, int]:
+            @queue.handler("fetch", args_model=FetchArgs, result_model=FetchResult)
+            async def fetch(job: readyq.Job) -> FetchResult:
                 seen.append(job.args)
                 with tracer.start_as_current_span("download"):
                     await asyncio.sleep(0)
-                return {"size": len(job.args["url"])}
+                return FetchResult(size=len(job.args.url))
 
             @queue.handler("parse", max_attempts=1)
             def parse(job: readyq.Job) -> None:
                 raise ValueError("unparseable")
 
+            with pytest.raises(readyq.InvalidJobArgs, match="do not match FetchArgs"):
+                await queue.enqueue("fetch", {"url": 1})
             first = await queue.enqueue("fetch", {"url": "https://a.example"}, group="net")
             await queue.enqueue("parse", {}, group="cpu")
             # A scrape from another thread reads the gauges on this loop.
@@ -59,6 +71,7 @@ def test_async_worker_reports_like_the_thread_worker(
                 until_idle=True,
             )
             info = await queue.get(first)
+            assert info.args == {"url": "https://a.example", "retries": 0}
             assert info.result == {"size": 17}
             return stats
         finally:
@@ -68,7 +81,7 @@ def test_async_worker_reports_like_the_thread_worker(
     with caplog.at_level(logging.INFO, logger="readyq.worker"):
         stats = asyncio.run(scenario())
     assert (stats.done, stats.failed) == (1, 1)
-    assert seen == [{"url": "https://a.example"}]
+    assert seen == [FetchArgs(url="https://a.example")]
 
     assert sorted(recorder.named("on_enqueued")) == [(1, "fetch"), (1, "parse")]
     assert sorted(job.type for (job,) in recorder.named("on_started")) == ["fetch", "parse"]

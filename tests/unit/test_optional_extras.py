@@ -1,4 +1,4 @@
-"""prometheus_client and opentelemetry stay optional.
+"""prometheus_client, opentelemetry and pydantic stay optional.
 
 Each check runs in a fresh interpreter, where those packages can be hidden.
 """
@@ -10,7 +10,7 @@ import sys
 import textwrap
 from pathlib import Path
 
-HIDDEN = ("prometheus_client", "opentelemetry")
+HIDDEN = ("prometheus_client", "opentelemetry", "pydantic")
 
 
 def run(code: str, tmp_path: Path) -> None:
@@ -25,7 +25,7 @@ def test_readyq_imports_none_of_them_until_asked(tmp_path: Path) -> None:
     run(
         f"""
         import sys
-        import readyq, readyq.metrics, readyq.prometheus, readyq.tracing
+        import readyq, readyq.metrics, readyq.prometheus, readyq.tracing, readyq.handlers
         q = readyq.Queue("sqlite:///q.db")
         q.create_schema()
         q.handler("x")(lambda job: 1)
@@ -55,6 +55,12 @@ def test_without_them_jobs_run_and_asking_for_them_is_a_clear_error(tmp_path: Pa
             PrometheusMetrics(q)
         except readyq.ConfigurationError as exc:
             assert "pip install 'readyq[prometheus]'" in str(exc), exc
+        else:
+            raise AssertionError("no error")
+        try:
+            q.handler("y", args_model=dict)
+        except readyq.ConfigurationError as exc:
+            assert "pip install 'readyq[pydantic]'" in str(exc), exc
         else:
             raise AssertionError("no error")
         """,

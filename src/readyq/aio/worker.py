@@ -29,6 +29,7 @@ from readyq.worker import (
     _Running,
     done_outcome,
     failed_outcome,
+    prepare_job,
 )
 
 if TYPE_CHECKING:
@@ -109,13 +110,14 @@ class AsyncWorker(Worker):
                                     handle_signals=handle_signals)
 
     async def _aexecute(self, entry: _Running) -> None:
-        """The async twin of ``Worker._execute``: same span and outcomes."""
+        """The async twin of ``Worker._execute``: same span, validation and outcomes."""
         c, job, spec = entry.claimed, entry.job, entry.spec
         began = time.monotonic()
         with attempt_span(c) as span:
             try:
+                prepare_job(job, spec)
                 value = await spec.fn(job)
-                outcome = done_outcome(c, value, self.queue.max_payload_bytes,
+                outcome = done_outcome(c, value, self.queue.max_payload_bytes, spec,
                                        duration=time.monotonic() - began)
             except BaseException as exc:  # a handler's failure, whatever it is, fails it
                 mark_failed(span, exc)
