@@ -9,7 +9,9 @@ def test_public_names_are_pinned() -> None:
         "DependencyCycle",
         "DependencyNotFound",
         "InvalidJob",
+        "InvalidJobArgs",
         "InvalidJobOption",
+        "InvalidJobResult",
         "InvalidParent",
         "InvalidTablePrefix",
         "InvalidWeight",
@@ -35,7 +37,7 @@ def test_public_names_are_pinned() -> None:
 def test_every_error_derives_from_the_one_base() -> None:
     errors = [getattr(readyq, n) for n in readyq.__all__ if n.endswith(("Error", "Found", "Lost",
               "Closed", "Prefix", "Weight", "Parent", "Option", "Cycle", "Type", "JSON",
-              "Large", "Database", "Job"))]
+              "Large", "Database", "Job", "Args", "Result"))]
     for err in errors:
         if isinstance(err, type) and issubclass(err, Exception):
             assert issubclass(err, readyq.ReadyqError), err

@@ -155,6 +155,14 @@ def _parser() -> argparse.ArgumentParser:
         action="store_true",
         help="add a container (never runs; ends when its last child ends)",
     )
+    p.add_argument(
+        "--app",
+        default=None,
+        metavar="MODULE:ATTR",
+        help="enqueue through the application's Queue (e.g. myapp.jobs:queue): its URL, "
+        "prefix and handlers, so unknown types are refused and args are validated against "
+        "the handler's args_model; --db and --prefix are then ignored",
+    )
 
     p = sub.add_parser(
         "worker",
@@ -461,7 +469,17 @@ def cmd_enqueue(args: argparse.Namespace) -> int:
         ]
         if given:
             raise CLIError(f"{', '.join(given)} cannot be used with --container", code=2)
-    queue = _open(args)
+    # The app's queue belongs to the app: used, never closed here.
+    owned = args.app is None
+    if not owned:
+        queue = _load_app(args.app)
+        if getattr(args, "db", None) or args.db_global:
+            print(
+                "readyq: note: --db is ignored with --app; the app's queue uses its own URL",
+                file=sys.stderr,
+            )
+    else:
+        queue = _open(args)
     try:
         if args.container:
             job_id = queue.enqueue_container(
@@ -490,7 +508,8 @@ def cmd_enqueue(args: argparse.Namespace) -> int:
         else:
             print(job_id)
     finally:
-        queue.close()
+        if owned:
+            queue.close()
     return 0
 
 

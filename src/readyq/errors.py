@@ -67,8 +67,28 @@ class InvalidWeight(InvalidJob):
     """The fair-share weight is not a positive integer."""
 
 
+class InvalidJobArgs(InvalidJob):
+    """The args do not validate against the handler's ``args_model`` (pydantic).
+
+    ``errors`` holds pydantic's error list (locations, messages and types, without the
+    input values), for callers that report them field by field.
+    """
+
+    def __init__(self, message: str, errors: list[dict[str, object]] | None = None) -> None:
+        super().__init__(message)
+        self.errors: list[dict[str, object]] = list(errors or [])
+
+
 class InvalidJobOption(InvalidJob):
     """Another job option (group, priority, max_attempts, timeout, run_after...) is invalid."""
+
+
+class InvalidJobResult(ReadyqError, ValueError):
+    """A handler's result does not validate against its ``result_model`` (pydantic).
+
+    Raised by the worker after the handler returns: the attempt fails (and may be
+    retried) with this error, and the result is not stored.
+    """
 
 
 class JobNotFound(ReadyqError, LookupError):

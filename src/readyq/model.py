@@ -49,6 +49,14 @@ UNFINISHED_STATES = (
 BAD_ENDS = (JobState.FAILED.value, JobState.CANCELLED.value, JobState.UPSTREAM_FAILED.value)
 
 
+def job_log_fields(job_id: int, type: str, attempt: int, group: str) -> dict[str, object]:
+    """The structured fields of every log record about one attempt (``extra=``).
+
+    Args are never part of them: they may hold personal data or secrets.
+    """
+    return {"job_id": job_id, "job_type": type, "attempt": attempt, "group": group}
+
+
 def from_epoch(value: float | None) -> datetime | None:
     """Convert a stored epoch instant to an aware UTC datetime."""
     if value is None:
@@ -83,6 +91,24 @@ class JobInfo:
     @property
     def is_terminal(self) -> bool:
         return self.state.is_terminal
+
+
+@dataclass(frozen=True)
+class GroupStats:
+    """What one group has waiting and running, read with the database's clock.
+
+    Attributes:
+        group: the fair-share group.
+        ready: jobs that could be claimed now (ready, ``run_after`` passed).
+        in_flight: jobs leased or running, on every worker.
+        oldest_ready_age: seconds the longest-waiting claimable job has waited since it
+            became claimable (None when nothing is ready).
+    """
+
+    group: str
+    ready: int
+    in_flight: int
+    oldest_ready_age: float | None
 
 
 @dataclass(frozen=True)
@@ -126,7 +152,8 @@ class Job:
     Attributes:
         id: the job id.
         type: the handler key.
-        args: the decoded JSON args.
+        args: the decoded JSON args; an instance of the handler's ``args_model`` when it
+            has one (see :meth:`readyq.Queue.handler`).
         attempt: 1 for the first run, 2 for the first retry... Use ``(id, attempt)`` to
             build idempotency keys for side effects.
         group: the fair-share group.

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import math
-import time
 import numbers
+import time
+from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
@@ -18,18 +19,20 @@ from readyq.dialects import dialect_class
 from readyq.errors import (
     ConfigurationError,
     DependencyNotFound,
-    InvalidParent,
     InvalidJobOption,
+    InvalidParent,
     InvalidWeight,
     QueueClosed,
     UnknownJobType,
 )
-from readyq.planning.limits import Limits
-from readyq.model import Job, JobInfo
+from readyq.handlers import check_model, normalize_args
+from readyq.metrics import Observers
+from readyq.model import GroupStats, Job, JobInfo
 from readyq.payload import DEFAULT_MAX_PAYLOAD_BYTES, encode
 from readyq.planning.backoff import DEFAULT_RETRY_BASE, DEFAULT_RETRY_MAX
-from readyq.schema import DEFAULT_PREFIX, validate_prefix
 from readyq.planning.dag import insertion_order
+from readyq.planning.limits import Limits
+from readyq.schema import DEFAULT_PREFIX, validate_prefix
 from readyq.store import BatchJob, NewJob, Store
 
 DEFAULT_URL = "sqlite:///readyq.db"
@@ -77,6 +80,8 @@ class HandlerSpec:
     retry_on_timeout: bool
     retry_base: float
     retry_max: float
+    args_model: Any = None
+    result_model: Any = None
 
 
 def _seconds(value: float | timedelta | None, what: str, *, allow_zero: bool = False) -> float | None:
@@ -126,6 +131,8 @@ class Queue:
             ``jobs`` table. Must match ``^[A-Za-z_][A-Za-z0-9_]{0,30}$``.
         max_payload_bytes: largest args or result accepted, as UTF-8 JSON (1 MiB).
         default_max_attempts: attempts for jobs whose type sets none (3).
+        observers: metrics hooks (see :mod:`readyq.metrics`), called on enqueue and by
+            every worker of this queue.
 
     Example::
 
@@ -150,6 +157,7 @@ class Queue:
         default_max_attempts: int = DEFAULT_MAX_ATTEMPTS,
         engine_options: dict[str, Any] | None = None,
         listen: bool | None = None,
+        observers: Iterable[Any] = (),
     ) -> None:
         validate_prefix(prefix)
         if isinstance(max_payload_bytes, bool) or not isinstance(max_payload_bytes, int) or max_payload_bytes <= 0:
@@ -173,6 +181,7 @@ class Queue:
 
         install_notify(self._store, listen)
         self._handlers: dict[str, HandlerSpec] = {}
+        self._observers = Observers(observers)
         self._closed = False
 
     # -- set-up ---------------------------------------------------------------------------
@@ -214,6 +223,31 @@ class Queue:
         if self._closed:
             raise QueueClosed("this queue was closed")
 
+    # -- observers --------------------------------------------------------------------------
+
+    def add_observer(self, observer: Any) -> None:
+        """Add a metrics observer (see :mod:`readyq.metrics`) to this queue and its workers.
+
+        Workers built before the call see it too. Raises ConfigurationError for an object
+        with none of the hooks.
+        """
+        self._observers.add(observer)
+
+    @property
+    def observers(self) -> tuple[Any, ...]:
+        """The observers given to this queue."""
+        return tuple(self._observers)
+
+    def group_stats(self) -> dict[str, GroupStats]:
+        """Per group: jobs claimable now, the longest wait among them, and jobs in flight.
+
+        Read with the database's clock, at the cost of one pass over the ready and the
+        in-flight rows (finished jobs are never read): meant for metrics scrapes.
+        Groups with nothing ready or in flight are left out.
+        """
+        self._check_open()
+        return self._store.group_stats()
+
     # -- handlers ---------------------------------------------------------------------------
 
     def handler(
@@ -225,6 +259,8 @@ class Queue:
         retry_on_timeout: bool = True,
         retry_backoff: float | timedelta = DEFAULT_RETRY_BASE,
         retry_backoff_max: float | timedelta = DEFAULT_RETRY_MAX,
+        args_model: type[Any] | None = None,
+        result_model: type[Any] | None = None,
     ) -> Callable[[F], F]:
         """Register the function that runs jobs of ``type``.
 
@@ -235,9 +271,16 @@ class Queue:
             retry_on_timeout: retry a timed-out attempt (True) or fail the job (False).
             retry_backoff: first retry delay; doubles each attempt up to
                 ``retry_backoff_max``, with ±10% jitter.
+            args_model: a pydantic v2 model. Args enqueued for this type are validated
+                (raising :class:`readyq.InvalidJobArgs`, nothing written) and stored as
+                its JSON dump; the handler gets ``job.args`` as a model instance.
+            result_model: a pydantic v2 model the handler's result must validate
+                against; a result that does not fails the attempt with
+                :class:`readyq.InvalidJobResult`.
 
-        The handler gets a :class:`readyq.Job` and returns a JSON-serialisable result.
-        It may be ``async def``; it then runs in its own event loop in the job's thread.
+        The handler gets a :class:`readyq.Job` and returns a JSON-serialisable result
+        (or a pydantic model, stored as its JSON dump). It may be ``async def``; it then
+        runs in its own event loop in the job's thread.
         """
         _key(type, "handler type")
         timeout_s = _seconds(timeout, "timeout")
@@ -245,6 +288,8 @@ class Queue:
             raise ConfigurationError(f"max_attempts must be an int >= 1, not {max_attempts!r}")
         base = _seconds(retry_backoff, "retry_backoff", allow_zero=True) or 0.0
         cap = _seconds(retry_backoff_max, "retry_backoff_max", allow_zero=True) or 0.0
+        check_model(args_model, "args_model")
+        check_model(result_model, "result_model")
 
         def register(fn: F) -> F:
             self._handlers[type] = HandlerSpec(
@@ -255,6 +300,8 @@ class Queue:
                 retry_on_timeout=retry_on_timeout,
                 retry_base=base,
                 retry_max=cap,
+                args_model=args_model,
+                result_model=result_model,
             )
             return fn
 
@@ -293,7 +340,9 @@ class Queue:
             raise InvalidWeight(f"weight must be an int from 1 to {MAX_WEIGHT}, not {weight!r}")
         if isinstance(priority, bool) or not isinstance(priority, int) or abs(priority) > MAX_PRIORITY:
             raise InvalidJobOption(f"priority must be an int within ±{MAX_PRIORITY}, not {priority!r}")
-        spec = self._handlers.get(type)
+        spec = None if is_container else self._handlers.get(type)
+        if spec is not None and spec.args_model is not None:
+            args = normalize_args(spec.args_model, type, args)
         if max_attempts is None:
             max_attempts = (spec.max_attempts if spec else None) or self.default_max_attempts
         if isinstance(max_attempts, bool) or not isinstance(max_attempts, int) or max_attempts < 1:
@@ -374,7 +423,10 @@ class Queue:
             parent=parent, run_after=run_after, max_attempts=max_attempts, timeout=timeout,
             is_container=False,
         )
-        return self._store.enqueue(job, connection=self._connection(connection))
+        job_id = self._store.enqueue(job, connection=self._connection(connection))
+        if self._observers:
+            self._observers.emit("on_enqueued", 1, type)
+        return job_id
 
     def enqueue_container(
         self,
@@ -473,6 +525,10 @@ class Queue:
             for pos in order
         ]
         ids = self._store.enqueue_many(batch, connection=self._connection(connection))
+        if self._observers:
+            per_type = Counter(spec.type for spec in specs if not spec.container)
+            for type_, n in per_type.items():
+                self._observers.emit("on_enqueued", n, type_)
         return [ids[where[pos]] for pos in range(len(specs))]
 
     # -- inspect and control ---------------------------------------------------------------------

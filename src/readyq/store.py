@@ -34,9 +34,11 @@ from readyq.model import (
     IN_FLIGHT_STATES,
     UNFINISHED_STATES,
     ClaimedJob,
+    GroupStats,
     JobInfo,
     JobState,
     from_epoch,
+    job_log_fields,
 )
 from readyq.payload import decode
 from readyq.planning.backoff import retry_delay
@@ -111,6 +113,22 @@ class Outcome:
     result_json: str | None = None
     error: str | None = None
     delay: float = 0.0
+    # Seconds the handler ran, and the class name of what it raised: for logs and metrics.
+    duration: float = 0.0
+    error_type: str | None = None
+
+
+@dataclass(frozen=True)
+class ReclaimedJob:
+    """One attempt ended by a sweep: ``outcome`` is retried, failed or cancelled and
+    ``reason`` is ``timeout`` or ``lease_expired``."""
+
+    id: int
+    type: str
+    attempt: int
+    group: str
+    outcome: str
+    reason: str
 
 
 @dataclass(frozen=True)
@@ -121,6 +139,7 @@ class ReclaimResult:
     failed: int = 0
     timed_out: int = 0
     cancelled: int = 0
+    jobs: tuple[ReclaimedJob, ...] = ()
 
     @property
     def total(self) -> int:
@@ -1397,7 +1416,16 @@ class Store:
         # A plain read first: most ticks find nothing, and then take no write lock.
         if self.read(lambda conn: conn.execute(due).first()) is None:
             return ReclaimResult()
-        return self.write(lambda conn: self._reclaim(conn, limit), what="reclaim")
+        result = self.write(lambda conn: self._reclaim(conn, limit), what="reclaim")
+        # Logged once committed: a unit that is retried must not log twice.
+        for r in result.jobs:
+            log.warning(
+                "job %d (%s) attempt %d reclaimed (%s): %s",
+                r.id, r.type, r.attempt, r.reason.replace("_", " "), r.outcome,
+                extra={**job_log_fields(r.id, r.type, r.attempt, r.group),
+                       "event": "job_reclaimed", "reason": r.reason, "state": r.outcome},
+            )
+        return result
 
     def _reclaim(self, conn: Connection, limit: int) -> ReclaimResult:
         j = self.tables.jobs
@@ -1410,6 +1438,8 @@ class Store:
             d.lock_rows_skip_locked(
                 sa.select(
                     j.c.id,
+                    j.c.type,
+                    j.c.group_key,
                     j.c.state,
                     j.c.attempts,
                     j.c.max_attempts,
@@ -1430,6 +1460,7 @@ class Store:
         ).all()
         retried = failed = timed_out = cancelled = 0
         ended: list[tuple[int, str, int | None]] = []
+        swept: list[ReclaimedJob] = []
         for r in rows:
             is_timeout = (
                 r.state == "running" and r.deadline is not None and r.deadline < r.now
@@ -1477,9 +1508,23 @@ class Store:
                 cancelled += 1
             if final is not None:
                 ended.append((int(r.id), final, r.parent_id))
+            swept.append(
+                ReclaimedJob(
+                    id=int(r.id),
+                    type=r.type,
+                    attempt=int(r.attempts),
+                    group=r.group_key,
+                    outcome="retried" if final is None else final,
+                    reason="timeout" if is_timeout else "lease_expired",
+                )
+            )
         self._propagate(conn, ended)
         return ReclaimResult(
-            retried=retried, failed=failed, timed_out=timed_out, cancelled=cancelled
+            retried=retried,
+            failed=failed,
+            timed_out=timed_out,
+            cancelled=cancelled,
+            jobs=tuple(swept),
         )
 
     # -- cancel -------------------------------------------------------------------------
@@ -1559,6 +1604,51 @@ class Store:
         j = self.tables.jobs
         stmt = sa.select(j.c.state, sa.func.count()).group_by(j.c.state)
         return self.read(lambda conn: {r[0]: int(r[1]) for r in conn.execute(stmt)})
+
+    def group_stats(self) -> dict[str, GroupStats]:
+        """Per group: claimable jobs, the longest wait among them, and jobs in flight.
+
+        Two grouped reads, one over the ready rows and one over the leased and running
+        rows (bounded by the cap); finished jobs are never read.
+        """
+        j = self.tables.jobs
+
+        def unit(conn: Connection) -> dict[str, GroupStats]:
+            now = float(conn.execute(sa.select(self.now())).scalar_one())
+            # As in ``readyq status``: a ready job became claimable when it last changed,
+            # or when its run_after passed if that came later.
+            since = sa.case(
+                (j.c.run_after > j.c.updated_at, j.c.run_after), else_=j.c.updated_at
+            )
+            ready = conn.execute(
+                sa.select(j.c.group_key, sa.func.count().label("n"),
+                          sa.func.min(since).label("since"))
+                .where(runnable(self.tables, sa.literal(now, sa.Double)))
+                .group_by(j.c.group_key)
+            ).all()
+            flight = {
+                r.group_key: int(r.n)
+                for r in conn.execute(
+                    sa.select(j.c.group_key, sa.func.count().label("n"))
+                    .where(j.c.state.in_(IN_FLIGHT_STATES))
+                    .group_by(j.c.group_key)
+                )
+            }
+            out = {
+                r.group_key: GroupStats(
+                    group=r.group_key,
+                    ready=int(r.n),
+                    in_flight=flight.get(r.group_key, 0),
+                    oldest_ready_age=max(0.0, now - float(r.since)),
+                )
+                for r in ready
+            }
+            for key, n in flight.items():
+                if key not in out:
+                    out[key] = GroupStats(group=key, ready=0, in_flight=n, oldest_ready_age=None)
+            return dict(sorted(out.items()))
+
+        return self.read(unit)
 
 
 def info_from_row(row: Any, depends_on: tuple[int, ...]) -> JobInfo:

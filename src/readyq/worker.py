@@ -21,18 +21,21 @@ import time
 import traceback
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 import sqlalchemy as sa
 
 from readyq.errors import ConfigurationError, InvalidJob, LeaseLost
-from readyq.planning.limits import Limits, current_cap, normalize
-from readyq.model import ClaimedJob, Job
+from readyq.handlers import dump_result, parse_args
+from readyq.metrics import FINISHED_STATES
+from readyq.model import ClaimedJob, Job, job_log_fields
 from readyq.payload import decode, encode
 from readyq.planning.backoff import retry_delay
+from readyq.planning.limits import Limits, current_cap, normalize
 from readyq.store import Lease, Outcome
+from readyq.tracing import attempt_span, mark_failed
 
 if TYPE_CHECKING:
     from readyq.queue import HandlerSpec, Queue
@@ -130,36 +133,63 @@ class _HandlerPool:
             self._tasks.put(None)
 
 
-def done_outcome(c: ClaimedJob, value: Any, max_bytes: int) -> Outcome:
+def claimed_fields(c: ClaimedJob) -> dict[str, object]:
+    """The structured log fields of an attempt (never its args)."""
+    return job_log_fields(c.id, c.type, c.attempt, c.group)
+
+
+def prepare_job(job: Job, spec: HandlerSpec) -> None:
+    """Turn ``job.args`` into the handler's ``args_model`` instance, if it has one.
+
+    Runs where the handler runs, inside its span: a failure fails the attempt.
+    """
+    if spec.args_model is not None:
+        job.args = parse_args(spec.args_model, job.type, job.args)
+
+
+def done_outcome(
+    c: ClaimedJob,
+    value: Any,
+    max_bytes: int,
+    spec: HandlerSpec | None = None,
+    *,
+    duration: float = 0.0,
+) -> Outcome:
     """The outcome of an attempt whose handler returned ``value``.
 
-    Raises ValueError when the value cannot be stored; the caller treats that as the
-    handler's failure.
+    Raises ValueError when the value cannot be stored (or fails the handler's
+    ``result_model``); the caller treats that as the handler's failure.
     """
+    value = dump_result(None if spec is None else spec.result_model, c.type, value)
     try:
         result_json = encode(value, max_bytes=max_bytes, what="result")
     except InvalidJob as exc:
         raise ValueError(str(exc)) from None
-    return Outcome(job=c, kind="done", result_json=result_json)
+    return Outcome(job=c, kind="done", result_json=result_json, duration=duration)
 
 
-def failed_outcome(c: ClaimedJob, job: Job, spec: HandlerSpec, exc: BaseException) -> Outcome:
+def failed_outcome(
+    c: ClaimedJob,
+    job: Job,
+    spec: HandlerSpec,
+    exc: BaseException,
+    *,
+    duration: float = 0.0,
+) -> Outcome:
     """The outcome of an attempt whose handler raised ``exc``: cancel, retry or fail.
 
     Shared by the thread worker and the asyncio worker.
     """
     error = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+    common: dict[str, Any] = {
+        "job": c, "error": error, "duration": duration, "error_type": type(exc).__name__,
+    }
     if job.cancelled:
-        outcome = Outcome(job=c, kind="cancel", error=error)
-    elif c.attempt < c.max_attempts:
+        return Outcome(kind="cancel", **common)
+    if c.attempt < c.max_attempts:
         delay = retry_delay(c.attempt, base=spec.retry_base, maximum=spec.retry_max)
-        outcome = Outcome(job=c, kind="retry", error=error, delay=delay)
-    else:
-        outcome = Outcome(job=c, kind="fail", error=error)
-    log.info("job %d (%s) attempt %d raised %s", c.id, c.type, c.attempt,
-             exc.__class__.__name__,
-             extra={"job_id": c.id, "job_type": c.type, "attempt": c.attempt, "group": c.group})
-    return outcome
+        return Outcome(kind="retry", delay=delay, **common)
+    return Outcome(kind="fail", **common)
 
 
 def _as_seconds(value: float | timedelta, what: str) -> float:
@@ -234,6 +264,8 @@ class Worker:
             raise ConfigurationError(f"no handler registered for type(s): {', '.join(unknown)}")
         self.types: list[str] = list(types)
         self.handlers = handlers
+        # The queue's observers, shared: one added to the queue later is seen here too.
+        self.observers = queue._observers
         self.worker_id = worker_id or default_worker_id()
         self.stats = WorkerStats()
         self._running: dict[int, _Running] = {}
@@ -274,7 +306,9 @@ class Worker:
         ``stop(shutdown_grace)`` (a second signal ends the grace period at once); the
         previous handlers are restored on return.
         """
-        log.info("worker %s started (types: %s)", self.worker_id, ", ".join(self.types))
+        log.info("worker %s started (types: %s)", self.worker_id, ", ".join(self.types),
+                 extra={"event": "worker_started", "worker_id": self.worker_id,
+                        "job_types": list(self.types)})
         backoff = 0.0
         previous = self._install_signals() if handle_signals else {}
         from readyq.wakeup import start_listener
@@ -293,6 +327,8 @@ class Worker:
                         self.worker_id,
                         backoff,
                         exc.__class__.__name__,
+                        extra={"event": "database_error", "worker_id": self.worker_id,
+                               "error_type": exc.__class__.__name__, "retry_in": backoff},
                     )
                     self._stop.wait(backoff)
                     continue
@@ -301,7 +337,8 @@ class Worker:
                 self._sleep(tick)
             self._drain()
         except KeyboardInterrupt:
-            log.info("worker %s interrupted", self.worker_id)
+            log.info("worker %s interrupted", self.worker_id,
+                     extra={"event": "worker_interrupted", "worker_id": self.worker_id})
             self._stop.set()
         finally:
             if listener is not None:
@@ -311,7 +348,9 @@ class Worker:
             finally:
                 for sig, handler in previous.items():
                     signal.signal(sig, signal.SIG_DFL if handler is None else handler)
-        log.info("worker %s stopped: %s", self.worker_id, self.stats)
+        log.info("worker %s stopped: %s", self.worker_id, self.stats,
+                 extra={"event": "worker_stopped", "worker_id": self.worker_id,
+                        "stats": asdict(self.stats)})
         return self.stats
 
     def _install_signals(self) -> dict[int, Any]:
@@ -334,7 +373,8 @@ class Worker:
         if self._running:
             log.info("worker %s stopping: %d running job(s) get %.1fs to finish",
                      self.worker_id, len(self._running),
-                     max(0.0, self._grace_until - time.monotonic()))
+                     max(0.0, self._grace_until - time.monotonic()),
+                     extra={"event": "worker_stopping", "worker_id": self.worker_id})
         backoff = 0.0
         while self._running or self._inbox.outcomes:
             left = self._grace_until - time.monotonic()
@@ -347,7 +387,9 @@ class Worker:
                 self.stats.db_errors += 1
                 backoff = min(max(backoff * 2, 0.1), 5.0)
                 log.warning("worker %s: database error while stopping: %s", self.worker_id,
-                            exc.__class__.__name__)
+                            exc.__class__.__name__,
+                            extra={"event": "database_error", "worker_id": self.worker_id,
+                                   "error_type": exc.__class__.__name__})
                 time.sleep(min(backoff, left))
                 continue
             if self._running and not self._inbox.outcomes:
@@ -404,7 +446,7 @@ class Worker:
             self.stats.reclaimed += reclaimed
             self.stats.timed_out += result.timed_out
             if reclaimed:
-                log.info("reclaimed %d job(s): %s", reclaimed, result)
+                self.observers.emit("on_reclaimed", reclaimed)
         outcomes: list[Outcome] = []
         while self._inbox.outcomes:
             outcomes.append(self._inbox.outcomes.popleft())
@@ -417,6 +459,7 @@ class Worker:
             and e.claimed.lease_token == o.job.lease_token
         )
         free = max(0, local - (len(self._running) - finishing))
+        began = time.perf_counter()
         try:
             applied, claimed = self.store.cycle(
                 self.worker_id,
@@ -430,6 +473,8 @@ class Worker:
         except BaseException:
             self._inbox.outcomes.extendleft(reversed(outcomes))
             raise
+        if cap > 0 and free > 0:
+            self.observers.emit("on_claim", time.perf_counter() - began, len(claimed))
         self._record(outcomes, applied)
         if claimed:
             self._launch(claimed)
@@ -446,7 +491,9 @@ class Worker:
     @property
     def _start_policies(self) -> dict[str, tuple[float | None, bool]]:
         """Per job type: the handler's timeout and timeout policy, applied at start."""
-        return {t: (self.handlers[t].timeout, self.handlers[t].retry_on_timeout) for t in self.types}
+        return {
+            t: (self.handlers[t].timeout, self.handlers[t].retry_on_timeout) for t in self.types
+        }
 
     def _launch(self, claimed: list[ClaimedJob]) -> None:
         self.stats.claimed += len(claimed)
@@ -472,42 +519,56 @@ class Worker:
         if stale is not None:  # an earlier attempt of this job that timed out here
             self._lose(stale)
         self._running[c.id] = entry
+        if log.isEnabledFor(logging.INFO):  # spare the hot path the extra dict
+            log.info("job %d (%s) attempt %d started", c.id, c.type, c.attempt,
+                     extra={**claimed_fields(c), "event": "job_started",
+                            "worker_id": self.worker_id})
+        self.observers.emit("on_started", job)
         self._pool.submit(self._execute, entry)
 
     def _execute(self, entry: _Running) -> None:
         c, job, spec = entry.claimed, entry.job, entry.spec
-        extra = {"job_id": c.id, "job_type": c.type, "attempt": c.attempt, "group": c.group}
-        log.debug("job %d (%s) attempt %d started", c.id, c.type, c.attempt, extra=extra)
         outcome: Outcome
-        try:
-            if inspect.iscoroutinefunction(spec.fn):
-                value = asyncio.run(spec.fn(job))
-            else:
-                value = spec.fn(job)
-            outcome = done_outcome(c, value, self.queue.max_payload_bytes)
-        except BaseException as exc:  # a handler's failure, whatever it is, fails the attempt
-            outcome = failed_outcome(c, job, spec, exc)
-            if not isinstance(exc, Exception):
-                self._inbox.outcomes.append(outcome)
-                self._inbox.wake.set()
-                raise
+        began = time.monotonic()
+        with attempt_span(c) as span:
+            try:
+                prepare_job(job, spec)
+                if inspect.iscoroutinefunction(spec.fn):
+                    value = asyncio.run(spec.fn(job))
+                else:
+                    value = spec.fn(job)
+                outcome = done_outcome(c, value, self.queue.max_payload_bytes, spec,
+                                       duration=time.monotonic() - began)
+            except BaseException as exc:  # a handler's failure, whatever it is, fails it
+                mark_failed(span, exc)
+                outcome = failed_outcome(c, job, spec, exc, duration=time.monotonic() - began)
+                if not isinstance(exc, Exception):
+                    self._inbox.outcomes.append(outcome)
+                    self._inbox.wake.set()
+                    raise
         self._inbox.outcomes.append(outcome)
         self._inbox.wake.set()
 
     def _record(self, outcomes: list[Outcome], applied: dict[int, bool]) -> None:
+        fenced = 0
         for o in outcomes:
             # Only forget the attempt this outcome belongs to: a timed-out attempt may
             # report after the same job was claimed again by this worker.
             entry = self._running.get(o.job.id)
-            if entry is not None and entry.claimed.lease_token == o.job.lease_token:
+            mine = entry is not None and entry.claimed.lease_token == o.job.lease_token
+            if mine:
                 del self._running[o.job.id]
             if not applied.get(o.job.id):
                 self.stats.fenced_out += 1
+                fenced += 1
+                # The chaos tests read (job id, attempt, kind) from these arguments.
                 log.warning(
                     "job %d attempt %d: outcome %r fenced out (lease lost)",
                     o.job.id,
                     o.job.attempt,
                     o.kind,
+                    extra={**claimed_fields(o.job), "worker_id": self.worker_id,
+                           "event": "write_fenced", "outcome": o.kind},
                 )
                 continue
             if o.kind == "done":
@@ -518,6 +579,41 @@ class Worker:
                 self.stats.failed += 1
             elif o.kind == "cancel":
                 self.stats.cancelled += 1
+            state = FINISHED_STATES.get(o.kind)
+            if state is None:
+                continue
+            if log.isEnabledFor(logging.INFO if o.kind != "fail" else logging.WARNING):
+                self._log_end(o, state)
+            if self.observers:
+                job = entry.job if mine and entry is not None else self._job_of(o.job)
+                self.observers.emit("on_finished", job, state, o.duration)
+        if fenced:
+            self.observers.emit("on_fenced", fenced)
+
+    def _log_end(self, o: Outcome, state: str) -> None:
+        c = o.job
+        extra = {**claimed_fields(c), "worker_id": self.worker_id, "event": "job_finished",
+                 "state": state, "duration": round(o.duration, 6)}
+        if o.error_type is not None:
+            extra["error_type"] = o.error_type
+        if o.kind == "retry":
+            extra.update(event="job_retry_scheduled", retry_in=round(o.delay, 3))
+            log.info("job %d (%s) attempt %d raised %s after %.3fs; retry in %.1fs",
+                     c.id, c.type, c.attempt, o.error_type, o.duration, o.delay, extra=extra)
+        elif o.kind == "fail":
+            log.warning("job %d (%s) attempt %d raised %s after %.3fs; the job failed",
+                        c.id, c.type, c.attempt, o.error_type, o.duration, extra=extra)
+        else:
+            log.info("job %d (%s) attempt %d %s after %.3fs", c.id, c.type, c.attempt,
+                     state, o.duration, extra=extra)
+
+    def _job_of(self, c: ClaimedJob) -> Job:
+        """A Job for the hooks when the attempt's own object is gone."""
+        return Job(
+            id=c.id, type=c.type, args=decode(c.args_json), attempt=c.attempt,
+            max_attempts=c.max_attempts, group=c.group, parent_id=c.parent_id,
+            lease_token=c.lease_token, worker_id=self.worker_id, _heartbeat=self._job_heartbeat,
+        )
 
     def _heartbeat(self) -> int:
         entries = list(self._running.values())
@@ -539,7 +635,9 @@ class Worker:
             self.stats.leases_lost += 1
             e.job._lost.set()
             log.warning("job %d attempt %d: lease lost; the attempt is abandoned",
-                        e.claimed.id, e.claimed.attempt)
+                        e.claimed.id, e.claimed.attempt,
+                        extra={**claimed_fields(e.claimed), "event": "lease_lost",
+                               "worker_id": self.worker_id})
 
     def _job_heartbeat(self, job: Job) -> None:
         status = self.store.heartbeat(
@@ -566,8 +664,12 @@ class Worker:
                     e.job._lost.set()
                 self.store.finish(self.worker_id, releases)
                 log.info("worker %s handed back %d running job(s)", self.worker_id,
-                         len(releases))
+                         len(releases),
+                         extra={"event": "jobs_handed_back", "worker_id": self.worker_id,
+                                "job_ids": sorted(e.claimed.id for e in self._running.values())})
                 self._running.clear()
         except sa.exc.DBAPIError as exc:
             log.warning("worker %s could not hand back its jobs (%s); their leases will "
-                        "expire", self.worker_id, exc.__class__.__name__)
+                        "expire", self.worker_id, exc.__class__.__name__,
+                        extra={"event": "database_error", "worker_id": self.worker_id,
+                               "error_type": exc.__class__.__name__})

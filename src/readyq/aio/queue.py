@@ -7,7 +7,7 @@ transactions through an :class:`~readyq.aio.store.AsyncStore`.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from datetime import timedelta
 from typing import Any, TypeVar
 
@@ -17,7 +17,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, AsyncSession, c
 
 from readyq.aio.store import AsyncStore
 from readyq.dialects import dialect_class
-from readyq.model import JobInfo
+from readyq.model import GroupStats, JobInfo
 from readyq.payload import DEFAULT_MAX_PAYLOAD_BYTES
 from readyq.planning.limits import Limits
 from readyq.queue import DEFAULT_MAX_ATTEMPTS, HandlerSpec, Queue
@@ -45,6 +45,7 @@ class AsyncQueue:
         default_max_attempts: int = DEFAULT_MAX_ATTEMPTS,
         engine_options: dict[str, Any] | None = None,
         listen: bool | None = None,
+        observers: Iterable[Any] = (),
     ) -> None:
         if isinstance(url, AsyncEngine):
             engine, owned = url, False
@@ -62,6 +63,7 @@ class AsyncQueue:
             max_payload_bytes=max_payload_bytes,
             default_max_attempts=default_max_attempts,
             listen=listen,
+            observers=observers,
         )
         self._astore = AsyncStore(engine, prefix, owned=owned)
         self._queue._store = self._astore.sync
@@ -121,6 +123,20 @@ class AsyncQueue:
 
     async def __aexit__(self, *exc: object) -> None:
         await self.close()
+
+    # -- observers ------------------------------------------------------------------------
+
+    def add_observer(self, observer: Any) -> None:
+        """Add a metrics observer; see :meth:`readyq.Queue.add_observer`."""
+        self._queue.add_observer(observer)
+
+    @property
+    def observers(self) -> tuple[Any, ...]:
+        return self._queue.observers
+
+    async def group_stats(self) -> dict[str, GroupStats]:
+        """See :meth:`readyq.Queue.group_stats`."""
+        return await self._call(self._queue.group_stats)
 
     # -- handlers -------------------------------------------------------------------------
 

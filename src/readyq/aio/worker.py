@@ -13,14 +13,15 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import inspect
-import logging
 import threading
+import time
 from typing import TYPE_CHECKING, Any
 
 from sqlalchemy.util.concurrency import await_only, greenlet_spawn
 
 from readyq.errors import ConfigurationError
 from readyq.model import Job
+from readyq.tracing import attempt_span, mark_failed
 from readyq.worker import (
     Worker,
     WorkerStats,
@@ -28,12 +29,11 @@ from readyq.worker import (
     _Running,
     done_outcome,
     failed_outcome,
+    prepare_job,
 )
 
 if TYPE_CHECKING:
     from readyq.aio.queue import AsyncQueue
-
-log = logging.getLogger("readyq.worker")
 
 
 class _LoopEvent:
@@ -110,17 +110,22 @@ class AsyncWorker(Worker):
                                     handle_signals=handle_signals)
 
     async def _aexecute(self, entry: _Running) -> None:
+        """The async twin of ``Worker._execute``: same span, validation and outcomes."""
         c, job, spec = entry.claimed, entry.job, entry.spec
-        log.debug("job %d (%s) attempt %d started", c.id, c.type, c.attempt)
-        try:
-            value = await spec.fn(job)
-            outcome = done_outcome(c, value, self.queue.max_payload_bytes)
-        except BaseException as exc:  # a handler's failure, whatever it is, fails the attempt
-            outcome = failed_outcome(c, job, spec, exc)
-            if not isinstance(exc, Exception):
-                self._inbox.outcomes.append(outcome)
-                self._inbox.wake.set()
-                raise
+        began = time.monotonic()
+        with attempt_span(c) as span:
+            try:
+                prepare_job(job, spec)
+                value = await spec.fn(job)
+                outcome = done_outcome(c, value, self.queue.max_payload_bytes, spec,
+                                       duration=time.monotonic() - began)
+            except BaseException as exc:  # a handler's failure, whatever it is, fails it
+                mark_failed(span, exc)
+                outcome = failed_outcome(c, job, spec, exc, duration=time.monotonic() - began)
+                if not isinstance(exc, Exception):
+                    self._inbox.outcomes.append(outcome)
+                    self._inbox.wake.set()
+                    raise
         self._inbox.outcomes.append(outcome)
         self._inbox.wake.set()
 
