@@ -51,6 +51,10 @@ def validate_prefix(prefix: str) -> str:
     return prefix
 
 
+# The id of the gate table's single row.
+GATE_ID = 1
+
+
 @dataclass(frozen=True)
 class Tables:
     """The readyq tables for one prefix."""

@@ -43,7 +43,7 @@ from readyq.model import (
 from readyq.payload import decode
 from readyq.planning.backoff import retry_delay
 from readyq.planning.fair_share import GroupDemand, account, plan_claims
-from readyq.schema import Tables, build_tables
+from readyq.schema import GATE_ID, Tables, build_tables
 from readyq.sql.ready import claim_order, runnable
 
 log = logging.getLogger("readyq.store")
@@ -64,7 +64,6 @@ BULK_CONSTANTS: dict[str, Any] = {
     "lease_token": 0,
 }
 DEFAULT_TX_RETRIES = 12
-GATE_ID = 1
 
 
 @dataclass(frozen=True)
@@ -970,7 +969,7 @@ class Store:
         start: Mapping[str, tuple[float | None, bool]] | None = None,
     ) -> list[ClaimedJob]:
         t = self.tables
-        j, g = t.jobs, t.groups
+        g = t.groups
         d = self.dialect
         if self.on_claim_transaction is not None:
             self.on_claim_transaction(conn)
@@ -985,25 +984,20 @@ class Store:
         if gate is None:
             raise SchemaNotFound("the readyq gate row is missing: call Queue.create_schema()")
         now = self.now()
-        # In flight per group: a range of the state index, bounded by the cap.
-        in_flight = d.cached(
-            ("in_flight", j.name),
-            lambda: sa.select(
-                j.c.group_key,
-                sa.func.count().label("n"),
-                sa.func.max(j.c.weight).label("w"),
-            )
-            .where(j.c.state.in_(IN_FLIGHT_STATES))
-            .group_by(j.c.group_key),
-        )
-        flight = {r.group_key: (int(r.n), int(r.w)) for r in conn.execute(in_flight)}
+        history: dict[str, tuple[float, int]] | None = None
+        snapshot = d.claim_snapshot(conn, t, now, types, cap)
+        if snapshot is not None:
+            flight, ready, history = snapshot
+        else:
+            flight = self._in_flight(conn)
         total_in_flight = sum(n for n, _ in flight.values())
         if cap - total_in_flight <= 0:
             return []
-        # Runnable jobs per group, counted only up to the cap, for the groups a skip scan
-        # of the ready index finds: the cost follows the number of groups, not the
-        # backlog.
-        ready = self._runnable_counts(conn, d.ready_groups(conn, t), now, types, cap)
+        if snapshot is None:
+            # Runnable jobs per group, counted only up to the cap, for the groups a skip
+            # scan of the ready index finds: the cost follows the number of groups, not
+            # the backlog.
+            ready = self._runnable_counts(conn, d.ready_groups(conn, t), now, types, cap)
         if not ready:
             return []
         if len(set(ready) | set(flight)) == 1:
@@ -1019,11 +1013,17 @@ class Store:
                 ),
                 now,
             )
-        histories = d.cached(
-            ("histories", g.name),
-            lambda: sa.select(g).where(g.c.group_key.in_(sa.bindparam("keys", expanding=True))),
-        )
-        history = {r.group_key: r for r in conn.execute(histories, {"keys": sorted(ready)})}
+        if history is None:
+            histories = d.cached(
+                ("histories", g.name),
+                lambda: sa.select(g).where(
+                    g.c.group_key.in_(sa.bindparam("keys", expanding=True))
+                ),
+            )
+            history = {
+                r.group_key: (float(r.vfinish), int(r.served_seq))
+                for r in conn.execute(histories, {"keys": sorted(ready)})
+            }
         demands = []
         for key in sorted(set(ready) | set(flight)):
             n_ready, w_ready = ready.get(key, (0, 0))
@@ -1035,65 +1035,44 @@ class Store:
                     weight=max(w_ready, w_flight, 1),
                     in_flight=n_flight,
                     runnable=n_ready,
-                    vfinish=None if hist is None else float(hist.vfinish),
-                    served_seq=0 if hist is None else int(hist.served_seq),
+                    vfinish=None if hist is None else hist[0],
+                    served_seq=0 if hist is None else hist[1],
                 )
             )
         vclock = float(gate.vclock)
         plan = plan_claims(cap, demands, vclock, max_claims=limit)
-        claimed: list[ClaimedJob] = []
-        counts: dict[str, int] = {}
-        for key in dict.fromkeys(plan.picks):
-            got = d.claim(
-                conn,
-                t,
-                ClaimRequest(
-                    owner=owner,
-                    group=key,
-                    limit=plan.claims[key],
-                    ttl=ttl,
-                    types=types,
-                    start=start,
-                ),
-                now,
+        requests = [
+            ClaimRequest(
+                owner=owner, group=key, limit=plan.claims[key], ttl=ttl, types=types, start=start
             )
-            counts[key] = len(got)
-            claimed.extend(got)
+            for key in dict.fromkeys(plan.picks)
+        ]
+        claimed = d.claim_groups(conn, t, requests, now)
         if not claimed:
             return []
+        counts: dict[str, int] = Counter(c.group for c in claimed)
         progress = account(plan, counts, demands, vclock, int(gate.seq))
-        updates = [
-            {"key": key, "vfinish": vfinish, "served_seq": progress.served_seq[key]}
-            for key, vfinish in progress.vfinish.items()
-            if key in history
+        rows = [
+            (key, vfinish, progress.served_seq[key]) for key, vfinish in progress.vfinish.items()
         ]
-        inserts = [
-            {"group_key": key, "vfinish": vfinish, "served_seq": progress.served_seq[key]}
-            for key, vfinish in progress.vfinish.items()
-            if key not in history
-        ]
-        if updates:
-            conn.execute(
-                d.cached(
-                    ("progress", g.name),
-                    lambda: sa.update(g)
-                    .where(g.c.group_key == sa.bindparam("key", type_=g.c.group_key.type))
-                    .values(vfinish=sa.bindparam("vfinish"), served_seq=sa.bindparam("served_seq")),
-                ),
-                updates,
-            )
-        if inserts:
-            conn.execute(sa.insert(g), inserts)
-        conn.execute(
-            d.cached(
-                ("gate_progress", t.gate.name),
-                lambda: sa.update(t.gate)
-                .where(t.gate.c.id == GATE_ID)
-                .values(vclock=sa.bindparam("vclock"), seq=sa.bindparam("seq")),
-            ),
-            {"vclock": progress.vclock, "seq": progress.seq},
-        )
+        d.record_progress(conn, t, rows, set(history), progress.vclock, progress.seq)
         return claimed
+
+    def _in_flight(self, conn: Connection) -> dict[str, tuple[int, int]]:
+        """group -> (jobs in flight, their largest weight): a range of the state index,
+        bounded by the cap."""
+        j = self.tables.jobs
+        in_flight = self.dialect.cached(
+            ("in_flight", j.name),
+            lambda: sa.select(
+                j.c.group_key,
+                sa.func.count().label("n"),
+                sa.func.max(j.c.weight).label("w"),
+            )
+            .where(j.c.state.in_(IN_FLIGHT_STATES))
+            .group_by(j.c.group_key),
+        )
+        return {r.group_key: (int(r.n), int(r.w)) for r in conn.execute(in_flight)}
 
     def _runnable_counts(
         self,

@@ -16,7 +16,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
 
 from readyq.model import ClaimedJob
-from readyq.schema import Tables
+from readyq.schema import GATE_ID, Tables
 
 S = TypeVar("S")
 
@@ -224,6 +224,82 @@ class Dialect(ABC):
         self, conn: Connection, t: Tables, req: ClaimRequest, now: sa.ColumnElement[float]
     ) -> list[ClaimedJob]:
         """Lease up to ``req.limit`` runnable jobs of one group inside the open transaction."""
+
+    def claim_groups(
+        self,
+        conn: Connection,
+        t: Tables,
+        requests: Sequence[ClaimRequest],
+        now: sa.ColumnElement[float],
+    ) -> list[ClaimedJob]:
+        """Claim for several groups in the open transaction (one claim per group here)."""
+        claimed: list[ClaimedJob] = []
+        for req in requests:
+            claimed.extend(self.claim(conn, t, req, now))
+        return claimed
+
+    def claim_snapshot(
+        self,
+        conn: Connection,
+        t: Tables,
+        now: sa.ColumnElement[float],
+        types: Sequence[str] | None,
+        cap: int,
+    ) -> (
+        tuple[
+            dict[str, tuple[int, int]],
+            dict[str, tuple[int, int]],
+            dict[str, tuple[float, int]],
+        ]
+        | None
+    ):
+        """What a claim plans from, read at once where the database allows it: in-flight
+        (count, weight) per group, runnable (count up to ``cap``, weight) per group and
+        the fair-share history (vfinish, served_seq) of the runnable groups.
+
+        None means: read it with the portable statements, one by one.
+        """
+        return None
+
+    def record_progress(
+        self,
+        conn: Connection,
+        t: Tables,
+        rows: Sequence[tuple[str, float, int]],
+        known: set[str],
+        vclock: float,
+        seq: int,
+    ) -> None:
+        """Store the fair-share progress of a claim: (group, vfinish, served_seq) per
+        group served (``known`` groups have a row already) and the gate's clock."""
+        g = t.groups
+        updates = [{"key": k, "vfinish": v, "served_seq": s} for k, v, s in rows if k in known]
+        inserts = [
+            {"group_key": k, "vfinish": v, "served_seq": s} for k, v, s in rows if k not in known
+        ]
+        if updates:
+            conn.execute(
+                self.cached(
+                    ("progress", g.name),
+                    lambda: sa.update(g)
+                    .where(g.c.group_key == sa.bindparam("key", type_=g.c.group_key.type))
+                    .values(
+                        vfinish=sa.bindparam("vfinish"), served_seq=sa.bindparam("served_seq")
+                    ),
+                ),
+                updates,
+            )
+        if inserts:
+            conn.execute(sa.insert(g), inserts)
+        conn.execute(
+            self.cached(
+                ("gate_progress", t.gate.name),
+                lambda: sa.update(t.gate)
+                .where(t.gate.c.id == GATE_ID)
+                .values(vclock=sa.bindparam("vclock"), seq=sa.bindparam("seq")),
+            ),
+            {"vclock": vclock, "seq": seq},
+        )
 
     # -- errors -------------------------------------------------------------------------
 

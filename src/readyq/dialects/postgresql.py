@@ -18,6 +18,7 @@ from typing import Any, ClassVar
 
 import sqlalchemy as sa
 from sqlalchemy.dialects.postgresql import ARRAY
+from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.engine import Connection
 
 from readyq.dialects.base import (
@@ -33,7 +34,7 @@ from readyq.dialects.base import (
 )
 from readyq.errors import UnsupportedDatabase
 from readyq.model import ClaimedJob
-from readyq.schema import Tables
+from readyq.schema import GATE_ID, Tables
 from readyq.sql.ready import claim_order, runnable
 
 
@@ -255,3 +256,194 @@ class PostgresDialect(Dialect):
     ) -> list[ClaimedJob]:
         stmt = self.claim_statement(t, req, now)
         return [claimed_from_row(row) for row in conn.execute(stmt, req.params())]
+
+    # -- one statement per step of a claim ----------------------------------------------
+
+    def claim_snapshot(
+        self,
+        conn: Connection,
+        t: Tables,
+        now: sa.ColumnElement[float],
+        types: Sequence[str] | None,
+        cap: int,
+    ) -> tuple[
+        dict[str, tuple[int, int]], dict[str, tuple[int, int]], dict[str, tuple[float, int]]
+    ]:
+        """In-flight counts, runnable counts and fair-share history in one round trip.
+
+        A recursive skip scan walks the ready index from group to group; a LATERAL
+        subquery counts each group's runnable head up to the cap, and the group's history
+        rides along by a join. The in-flight counts are a UNION ALL of the state index.
+        It runs after the gate row is locked, so at READ COMMITTED it sees every claim
+        committed before.
+        """
+
+        def build() -> sa.Select[Any]:
+            j, g = t.jobs, t.groups
+            walk = (
+                sa.select(sa.func.min(j.c.group_key).label("k"))
+                .where(j.c.state == "ready")
+                .cte("walk", recursive=True)
+            )
+            step = sa.select(
+                sa.select(sa.func.min(j.c.group_key))
+                .where(j.c.state == "ready", j.c.group_key > walk.c.k)
+                .scalar_subquery()
+            ).where(walk.c.k.is_not(None))
+            walk = walk.union_all(step)
+            head = (
+                sa.select(j.c.weight)
+                .where(runnable(t, now, group=walk.c.k, types=types))
+                .order_by(*claim_order(t))
+                .limit(sa.bindparam("cap", type_=sa.Integer))
+                .correlate(walk)
+                .subquery("head")
+            )
+            counts = (
+                sa.select(sa.func.count().label("n"), sa.func.max(head.c.weight).label("w"))
+                .select_from(head)
+                .lateral("counts")
+            )
+            ready = (
+                sa.select(
+                    sa.literal(True).label("ready"),
+                    walk.c.k.label("group_key"),
+                    counts.c.n,
+                    counts.c.w,
+                    g.c.vfinish,
+                    g.c.served_seq,
+                )
+                .select_from(
+                    walk.join(counts, sa.true()).outerjoin(g, g.c.group_key == walk.c.k)
+                )
+                .where(walk.c.k.is_not(None), counts.c.n > 0)
+            )
+            flight = (
+                sa.select(
+                    sa.literal(False),
+                    j.c.group_key,
+                    sa.func.count(),
+                    sa.func.max(j.c.weight),
+                    sa.null(),
+                    sa.null(),
+                )
+                .where(j.c.state.in_(("leased", "running")))
+                .group_by(j.c.group_key)
+            )
+            return sa.union_all(ready, flight)  # type: ignore[return-value]
+
+        key = ("claim_snapshot", t.jobs.name, None if types is None else tuple(types))
+        flight: dict[str, tuple[int, int]] = {}
+        ready: dict[str, tuple[int, int]] = {}
+        history: dict[str, tuple[float, int]] = {}
+        for r in conn.execute(self.cached(key, build), {"cap": cap}):
+            if r[0]:
+                ready[r[1]] = (int(r[2]), int(r[3]))
+                if r[4] is not None:
+                    history[r[1]] = (float(r[4]), int(r[5]))
+            else:
+                flight[r[1]] = (int(r[2]), int(r[3]))
+        return flight, ready, history
+
+    def claim_groups(
+        self,
+        conn: Connection,
+        t: Tables,
+        requests: Sequence[ClaimRequest],
+        now: sa.ColumnElement[float],
+    ) -> list[ClaimedJob]:
+        """Every group's claim in one statement: ``unnest(:groups, :limits)`` drives a
+        LATERAL ``... LIMIT n FOR UPDATE SKIP LOCKED`` per group inside the materialized
+        CTE, then one UPDATE ... RETURNING leases them all."""
+        if len(requests) == 1:
+            return self.claim(conn, t, requests[0], now)
+        first = requests[0]
+
+        def build() -> sa.Update:
+            j = t.jobs
+            picks = (
+                sa.func.unnest(
+                    sa.bindparam("c_groups", type_=ARRAY(sa.String)),
+                    sa.bindparam("c_limits", type_=ARRAY(sa.Integer)),
+                )
+                .table_valued("g", "n")
+                .render_derived(name="picks")
+            )
+            head = (
+                sa.select(j.c.id)
+                .where(runnable(t, now, group=picks.c.g, types=first.types))
+                .order_by(*claim_order(t))
+                .limit(picks.c.n)
+                .with_for_update(skip_locked=True)
+                .correlate(picks)
+                .lateral("head")
+            )
+            chosen = (
+                sa.select(head.c.id)
+                .select_from(picks.join(head, sa.true()))
+                .cte("claimable")
+                .prefix_with("MATERIALIZED")
+            )
+            return (
+                sa.update(j)
+                .where(j.c.id == chosen.c.id)
+                .values(**lease_values(t, first, now))
+                .returning(*claim_columns(t))
+            )
+
+        params = first.params()
+        params["c_groups"] = [r.group for r in requests]
+        params["c_limits"] = [r.limit for r in requests]
+        stmt = self.cached(("claim_groups", t.jobs.name, first.shape()), build)
+        return [claimed_from_row(row) for row in conn.execute(stmt, params)]
+
+    def record_progress(
+        self,
+        conn: Connection,
+        t: Tables,
+        rows: Sequence[tuple[str, float, int]],
+        known: set[str],
+        vclock: float,
+        seq: int,
+    ) -> None:
+        """One statement: an upsert of the groups' progress from arrays, in a CTE of the
+        gate's UPDATE."""
+
+        def build() -> sa.Update:
+            g = t.groups
+            src = (
+                sa.func.unnest(
+                    sa.bindparam("p_keys", type_=ARRAY(sa.String)),
+                    sa.bindparam("p_vfinish", type_=ARRAY(sa.Double)),
+                    sa.bindparam("p_seq", type_=ARRAY(sa.BigInteger)),
+                )
+                .table_valued("k", "v", "s")
+                .render_derived(name="progress")
+            )
+            ins = pg_insert(g).from_select(
+                ["group_key", "vfinish", "served_seq"], sa.select(src.c.k, src.c.v, src.c.s)
+            )
+            upsert = ins.on_conflict_do_update(
+                index_elements=[g.c.group_key],
+                set_={"vfinish": ins.excluded.vfinish, "served_seq": ins.excluded.served_seq},
+            ).cte("groups_progress")
+            return (
+                sa.update(t.gate)
+                .add_cte(upsert)
+                .where(t.gate.c.id == GATE_ID)
+                .values(
+                    vclock=sa.bindparam("vclock", type_=sa.Double),
+                    seq=sa.bindparam("seq", type_=sa.BigInteger),
+                )
+            )
+
+        conn.execute(
+            self.cached(("record_progress", t.groups.name), build),
+            {
+                "p_keys": [r[0] for r in rows],
+                "p_vfinish": [r[1] for r in rows],
+                "p_seq": [r[2] for r in rows],
+                "vclock": vclock,
+                "seq": seq,
+            },
+        )
