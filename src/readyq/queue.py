@@ -28,14 +28,13 @@ from readyq.planning.limits import Limits
 from readyq.model import Job, JobInfo
 from readyq.payload import DEFAULT_MAX_PAYLOAD_BYTES, encode
 from readyq.planning.backoff import DEFAULT_RETRY_BASE, DEFAULT_RETRY_MAX
-from readyq.schema import DEFAULT_PREFIX, validate_prefix
+from readyq.schema import DEFAULT_PREFIX, key_problem, validate_prefix
 from readyq.planning.dag import insertion_order
 from readyq.store import BatchJob, NewJob, Store
 
 DEFAULT_URL = "sqlite:///readyq.db"
 DEFAULT_MAX_ATTEMPTS = 3
 DEFAULT_GROUP = "default"
-MAX_KEY_CHARS = 200
 MAX_WEIGHT = 1_000_000
 MAX_PRIORITY = 1_000_000
 MAX_BATCH = 100_000
@@ -93,19 +92,10 @@ def _seconds(value: float | timedelta | None, what: str, *, allow_zero: bool = F
 
 
 def _key(value: Any, what: str) -> str:
-    if not isinstance(value, str) or not value or len(value) > MAX_KEY_CHARS:
-        raise InvalidJobOption(f"{what} must be a non-empty string of at most {MAX_KEY_CHARS} characters, not {value!r}")
-    if "\x00" in value:  # PostgreSQL text cannot hold NUL; refuse it on every database
-        raise InvalidJobOption(f"{what} must not contain NUL characters, not {value!r}")
-    # MySQL/MariaDB collations are PAD SPACE ('a' = 'a '): a key with edge whitespace
-    # would match another key there and not elsewhere, so it is refused everywhere.
-    if value != value.strip():
-        raise InvalidJobOption(f"{what} must not start or end with whitespace, not {value!r}")
-    try:
-        value.encode("utf-8")
-    except UnicodeEncodeError:  # lone surrogates: no database can store them
-        raise InvalidJobOption(f"{what} is not valid Unicode: {value!r}") from None
-    return value
+    problem = key_problem(value)
+    if problem is not None:
+        raise InvalidJobOption(f"{what} {problem}: {value!r}")
+    return str(value)
 
 
 def _job_id(value: Any, what: str) -> int:

@@ -40,6 +40,27 @@ Key = sa.String(200).with_variant(
 )
 
 
+MAX_KEY_CHARS = 200
+
+
+def key_problem(value: object) -> str | None:
+    """Why ``value`` cannot be a key (job type, group, unique key, rate limit name), or
+    None if it can."""
+    if not isinstance(value, str) or not value or len(value) > MAX_KEY_CHARS:
+        return f"must be a non-empty string of at most {MAX_KEY_CHARS} characters"
+    if "\x00" in value:  # PostgreSQL text cannot hold NUL; refuse it on every database
+        return "must not contain NUL characters"
+    # MySQL/MariaDB collations are PAD SPACE ('a' = 'a '): a key with edge whitespace
+    # would match another key there and not elsewhere, so it is refused everywhere.
+    if value != value.strip():
+        return "must not start or end with whitespace"
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:  # lone surrogates: no database can store them
+        return "is not valid Unicode"
+    return None
+
+
 def validate_prefix(prefix: str) -> str:
     """Return ``prefix`` if it is a safe identifier prefix, else raise InvalidTablePrefix."""
     # fullmatch: with match(), "$" also accepts a trailing newline ("jobs\n").
