@@ -8,10 +8,12 @@ def test_public_names_are_pinned() -> None:
         "ConfigurationError",
         "DependencyCycle",
         "DependencyNotFound",
+        "Enqueued",
         "InvalidJob",
         "InvalidJobOption",
         "InvalidParent",
         "InvalidTablePrefix",
+        "InvalidUniqueKey",
         "InvalidWeight",
         "Job",
         "JobInfo",
@@ -35,7 +37,7 @@ def test_public_names_are_pinned() -> None:
 def test_every_error_derives_from_the_one_base() -> None:
     errors = [getattr(readyq, n) for n in readyq.__all__ if n.endswith(("Error", "Found", "Lost",
               "Closed", "Prefix", "Weight", "Parent", "Option", "Cycle", "Type", "JSON",
-              "Large", "Database", "Job"))]
+              "Large", "Database", "Job", "Key"))]
     for err in errors:
         if isinstance(err, type) and issubclass(err, Exception):
             assert issubclass(err, readyq.ReadyqError), err

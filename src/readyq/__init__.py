@@ -15,6 +15,7 @@ from readyq.errors import (
     InvalidJobOption,
     InvalidParent,
     InvalidTablePrefix,
+    InvalidUniqueKey,
     InvalidWeight,
     JobNotFound,
     LeaseLost,
@@ -26,7 +27,7 @@ from readyq.errors import (
     UnknownJobType,
     UnsupportedDatabase,
 )
-from readyq.model import Job, JobInfo, JobState
+from readyq.model import Enqueued, Job, JobInfo, JobState
 from readyq.queue import JobSpec, Queue
 from readyq.worker import Worker, WorkerStats
 
@@ -46,10 +47,12 @@ __all__ = [
     "ConfigurationError",
     "DependencyCycle",
     "DependencyNotFound",
+    "Enqueued",
     "InvalidJob",
     "InvalidJobOption",
     "InvalidParent",
     "InvalidTablePrefix",
+    "InvalidUniqueKey",
     "InvalidWeight",
     "Job",
     "JobInfo",

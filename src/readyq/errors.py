@@ -71,6 +71,14 @@ class InvalidJobOption(InvalidJob):
     """Another job option (group, priority, max_attempts, timeout, run_after...) is invalid."""
 
 
+class InvalidUniqueKey(InvalidJobOption):
+    """A unique key is not a valid key, or is given twice in one batch, or to a container.
+
+    Keys follow the rules of group keys: a non-empty string of at most 200 characters,
+    without NUL characters or whitespace at either end.
+    """
+
+
 class JobNotFound(ReadyqError, LookupError):
     """No job has the given id."""
 

@@ -18,14 +18,15 @@ from readyq.dialects import dialect_class
 from readyq.errors import (
     ConfigurationError,
     DependencyNotFound,
-    InvalidParent,
     InvalidJobOption,
+    InvalidParent,
+    InvalidUniqueKey,
     InvalidWeight,
     QueueClosed,
     UnknownJobType,
 )
+from readyq.model import Enqueued, Job, JobInfo
 from readyq.planning.limits import Limits
-from readyq.model import Job, JobInfo
 from readyq.payload import DEFAULT_MAX_PAYLOAD_BYTES, encode
 from readyq.planning.backoff import DEFAULT_RETRY_BASE, DEFAULT_RETRY_MAX
 from readyq.schema import DEFAULT_PREFIX, key_problem, validate_prefix
@@ -49,6 +50,7 @@ class JobSpec:
     ``depends_on`` and ``parent`` take ids of existing jobs (ints) or the ``key`` of
     another job of the same batch (strings), before or after it in the batch.
     ``container=True`` makes a container (see :meth:`Queue.enqueue_container`).
+    ``unique_key`` deduplicates the job as in :meth:`Queue.enqueue` (not on containers).
     """
 
     type: str
@@ -63,6 +65,7 @@ class JobSpec:
     max_attempts: int | None = None
     timeout: float | timedelta | None = None
     container: bool = False
+    unique_key: str | None = None
 
 
 @dataclass(frozen=True)
@@ -91,10 +94,10 @@ def _seconds(value: float | timedelta | None, what: str, *, allow_zero: bool = F
     return seconds
 
 
-def _key(value: Any, what: str) -> str:
+def _key(value: Any, what: str, error: type[InvalidJobOption] = InvalidJobOption) -> str:
     problem = key_problem(value)
     if problem is not None:
-        raise InvalidJobOption(f"{what} {problem}: {value!r}")
+        raise error(f"{what} {problem}: {value!r}")
     return str(value)
 
 
@@ -270,6 +273,7 @@ class Queue:
         max_attempts: int | None,
         timeout: float | timedelta | None,
         is_container: bool,
+        unique_key: str | None = None,
     ) -> NewJob:
         self._check_open()
         _key(type, "job type")
@@ -314,6 +318,9 @@ class Queue:
             depends_on=deps,
             parent=parent_id,
             is_container=is_container,
+            unique_key=None if unique_key is None else _key(
+                unique_key, "unique_key", InvalidUniqueKey
+            ),
         )
 
     @staticmethod
@@ -337,6 +344,7 @@ class Queue:
         run_after: datetime | timedelta | float | None = None,
         max_attempts: int | None = None,
         timeout: float | timedelta | None = None,
+        unique_key: str | None = None,
         connection: Connection | Session | None = None,
     ) -> int:
         """Add a job and return its id.
@@ -353,6 +361,12 @@ class Queue:
             run_after: not before this time (aware datetime, naive = UTC) or delay.
             max_attempts: overrides the handler's (or the queue's) attempts.
             timeout: overrides the handler's timeout for this job.
+            unique_key: deduplicate: while a job holding this key has not ended (it is
+                waiting, ready, leased or running), enqueueing another job with the same
+                key writes nothing and returns the existing job's id. Once that job is
+                done, failed, cancelled or upstream_failed, the key is free again. Keys
+                are global to the queue, whatever the type. :meth:`enqueue_unique` also
+                tells whether the job is new.
             connection: enqueue inside the caller's transaction (a Connection or a
                 Session); readyq neither commits nor rolls it back.
 
@@ -362,9 +376,44 @@ class Queue:
         job = self._build(
             type, args, group=group, weight=weight, priority=priority, depends_on=depends_on,
             parent=parent, run_after=run_after, max_attempts=max_attempts, timeout=timeout,
-            is_container=False,
+            is_container=False, unique_key=unique_key,
         )
         return self._store.enqueue(job, connection=self._connection(connection))
+
+    def enqueue_unique(
+        self,
+        type: str,
+        args: Any = None,
+        *,
+        unique_key: str,
+        group: str = DEFAULT_GROUP,
+        weight: int = 1,
+        priority: int = 0,
+        depends_on: Iterable[int | JobInfo] = (),
+        parent: int | JobInfo | None = None,
+        run_after: datetime | timedelta | float | None = None,
+        max_attempts: int | None = None,
+        timeout: float | timedelta | None = None,
+        connection: Connection | Session | None = None,
+    ) -> Enqueued:
+        """Add a job unless one holding ``unique_key`` has not ended; say which happened.
+
+        The same as :meth:`enqueue` with ``unique_key``, but returns
+        ``Enqueued(id, created)``: ``created`` is False when the id is that of an existing
+        job, in which case the other arguments were not used (nor checked against the
+        database: a missing dependency goes unnoticed) and nothing was written.
+
+        Example::
+
+            job_id, created = queue.enqueue_unique("report", {"day": day},
+                                                   unique_key=f"report:{day}")
+        """
+        job = self._build(
+            type, args, group=group, weight=weight, priority=priority, depends_on=depends_on,
+            parent=parent, run_after=run_after, max_attempts=max_attempts, timeout=timeout,
+            is_container=False, unique_key=_key(unique_key, "unique_key", InvalidUniqueKey),
+        )
+        return Enqueued(*self._store.enqueue_unique(job, connection=self._connection(connection)))
 
     def enqueue_container(
         self,
@@ -403,6 +452,12 @@ class Queue:
         container) and every single-job check raise a specific :class:`InvalidJob` and
         leave the database unchanged.
 
+        A job with a ``unique_key`` held by a job that has not ended is not added: its
+        place in the returned list holds the existing job's id, and jobs of the batch
+        that depend on it depend on the existing job. Two jobs of one batch with the
+        same unique key raise :class:`InvalidUniqueKey` (which of them should win is the
+        caller's decision, not readyq's), as does a unique key on a container.
+
         Example::
 
             ids = queue.enqueue_many([
@@ -414,6 +469,7 @@ class Queue:
         if len(specs) > MAX_BATCH:
             raise InvalidJobOption(f"a batch holds at most {MAX_BATCH} jobs, not {len(specs)}")
         keys: dict[str, int] = {}
+        unique_keys: dict[str, int] = {}
         for pos, spec in enumerate(specs):
             if not isinstance(spec, JobSpec):
                 raise InvalidJobOption(f"enqueue_many takes JobSpec items, not {spec!r}")
@@ -422,6 +478,17 @@ class Queue:
                 if spec.key in keys:
                     raise InvalidJobOption(f"key {spec.key!r} is used twice in the batch")
                 keys[spec.key] = pos
+            if spec.unique_key is not None:
+                _key(spec.unique_key, "unique_key", InvalidUniqueKey)
+                if spec.container:
+                    raise InvalidUniqueKey("a container cannot have a unique_key")
+                if spec.unique_key in unique_keys:
+                    first = unique_keys[spec.unique_key]
+                    raise InvalidUniqueKey(
+                        f"unique_key {spec.unique_key!r} is given to jobs #{first} and #{pos} "
+                        "of the batch"
+                    )
+                unique_keys[spec.unique_key] = pos
 
         def ref(value: Any, what: str) -> int:
             if isinstance(value, str):
@@ -450,6 +517,7 @@ class Queue:
                     max_attempts=1 if spec.container else spec.max_attempts,
                     timeout=None if spec.container else spec.timeout,
                     is_container=spec.container,
+                    unique_key=spec.unique_key,
                 )
             )
         order = insertion_order(deps_in, parent_in, len(specs))

@@ -21,6 +21,7 @@ from typing import Any, TypeVar
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
 
+from readyq import unique
 from readyq.dialects import ClaimRequest, Dialect, dialect_for
 from readyq.errors import (
     DependencyCycle,
@@ -52,7 +53,7 @@ MAX_ERROR_CHARS = 8000
 # Columns a batch insert binds per row, and the ones every new job starts with.
 BULK_COLUMNS = (
     "type", "args", "state", "error", "is_container", "parent_id", "group_key", "weight",
-    "priority", "max_attempts", "timeout", "pending_deps", "open_children",
+    "priority", "max_attempts", "timeout", "pending_deps", "open_children", "unique_key",
 )
 BULK_CONSTANTS: dict[str, Any] = {
     "attempts": 0,
@@ -81,6 +82,7 @@ class NewJob:
     depends_on: tuple[int, ...] = ()
     parent: int | None = None
     is_container: bool = False
+    unique_key: str | None = None
 
 
 @dataclass(frozen=True)
@@ -178,7 +180,7 @@ class Store:
         owned: bool,
         tx_retries: int = DEFAULT_TX_RETRIES,
     ) -> None:
-        self.tables: Tables = build_tables(prefix)
+        self.tables: Tables = build_tables(prefix, engine.dialect.name)
         self._raw_engine = engine
         self._owned = owned
         self._engine: Engine | None = None
@@ -314,8 +316,24 @@ class Store:
     # -- enqueue ------------------------------------------------------------------------
 
     def enqueue(self, job: NewJob, *, connection: Connection | None = None) -> int:
+        if job.unique_key is not None:
+            return self.enqueue_unique(job, connection=connection)[0]
         return self.write(
             lambda conn: self._insert_job(conn, job),
+            connection=connection,
+            idempotent=False,
+            what="enqueue",
+        )
+
+    def enqueue_unique(
+        self, job: NewJob, *, connection: Connection | None = None
+    ) -> tuple[int, bool]:
+        """Insert a job with a unique key unless a job that has not ended holds the key.
+
+        Returns (id, created); see :mod:`readyq.unique`.
+        """
+        return self.write(
+            lambda conn: unique.enqueue_one(self, conn, job),
             connection=connection,
             idempotent=False,
             what="enqueue",
@@ -327,6 +345,16 @@ class Store:
         """Insert a batch in one transaction; returns the ids by batch position."""
         if not batch:
             return []
+        if any(b.job.unique_key is not None for b in batch):
+            return [
+                job_id
+                for job_id, _ in self.write(
+                    lambda conn: unique.enqueue_batch(self, conn, batch),
+                    connection=connection,
+                    idempotent=False,
+                    what="enqueue_many",
+                )
+            ]
         return self.write(
             lambda conn: self._insert_batch(conn, batch),
             connection=connection,
@@ -508,6 +536,7 @@ class Store:
             "timeout": job.timeout,
             "pending_deps": pending,
             "open_children": open_children,
+            "unique_key": job.unique_key,
             "run_after_at": job.run_after_at,
             "run_after_delay": job.run_after_delay,
             "finished_offset": 0.0 if state is JobState.UPSTREAM_FAILED else None,
@@ -733,6 +762,7 @@ class Store:
             "run_after": run_after,
             "created_at": now,
             "updated_at": now,
+            "unique_key": job.unique_key,
         }
         if state is JobState.UPSTREAM_FAILED:
             values["error"] = f"dependency {bad[0]} ended {states[bad[0]]}"
@@ -1541,4 +1571,5 @@ def info_from_row(row: Any, depends_on: tuple[int, ...]) -> JobInfo:
         started_at=from_epoch(row.started_at),
         finished_at=from_epoch(row.finished_at),
         lease_owner=row.lease_owner,
+        unique_key=row.unique_key,
     )

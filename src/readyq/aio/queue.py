@@ -17,7 +17,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, AsyncSession, c
 
 from readyq.aio.store import AsyncStore
 from readyq.dialects import dialect_class
-from readyq.model import JobInfo
+from readyq.model import Enqueued, JobInfo
 from readyq.payload import DEFAULT_MAX_PAYLOAD_BYTES
 from readyq.planning.limits import Limits
 from readyq.queue import DEFAULT_MAX_ATTEMPTS, HandlerSpec, Queue
@@ -141,6 +141,15 @@ class AsyncQueue:
         if connection is not None:
             return await self._in(connection, self._queue.enqueue, *args, **kwargs)
         return await self._call(self._queue.enqueue, *args, **kwargs)
+
+    async def enqueue_unique(
+        self, *args: Any, connection: AsyncConnection | AsyncSession | None = None,
+        **kwargs: Any,
+    ) -> Enqueued:
+        """See :meth:`readyq.Queue.enqueue_unique`."""
+        if connection is not None:
+            return await self._in(connection, self._queue.enqueue_unique, *args, **kwargs)
+        return await self._call(self._queue.enqueue_unique, *args, **kwargs)
 
     async def enqueue_container(
         self, *args: Any, connection: AsyncConnection | AsyncSession | None = None, **kwargs: Any
