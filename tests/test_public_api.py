@@ -12,6 +12,7 @@ def test_public_names_are_pinned() -> None:
         "InvalidJob",
         "InvalidJobOption",
         "InvalidParent",
+        "InvalidRateLimit",
         "InvalidTablePrefix",
         "InvalidUniqueKey",
         "InvalidWeight",
@@ -25,6 +26,7 @@ def test_public_names_are_pinned() -> None:
         "PayloadTooLarge",
         "Queue",
         "QueueClosed",
+        "RateLimit",
         "ReadyqError",
         "SchemaNotFound",
         "UnknownJobType",
@@ -37,7 +39,7 @@ def test_public_names_are_pinned() -> None:
 def test_every_error_derives_from_the_one_base() -> None:
     errors = [getattr(readyq, n) for n in readyq.__all__ if n.endswith(("Error", "Found", "Lost",
               "Closed", "Prefix", "Weight", "Parent", "Option", "Cycle", "Type", "JSON",
-              "Large", "Database", "Job", "Key"))]
+              "Large", "Database", "Job", "Key", "Limit"))]
     for err in errors:
         if isinstance(err, type) and issubclass(err, Exception):
             assert issubclass(err, readyq.ReadyqError), err

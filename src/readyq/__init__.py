@@ -14,6 +14,7 @@ from readyq.errors import (
     InvalidJob,
     InvalidJobOption,
     InvalidParent,
+    InvalidRateLimit,
     InvalidTablePrefix,
     InvalidUniqueKey,
     InvalidWeight,
@@ -29,6 +30,7 @@ from readyq.errors import (
 )
 from readyq.model import Enqueued, Job, JobInfo, JobState
 from readyq.queue import JobSpec, Queue
+from readyq.rates import RateLimit
 from readyq.worker import Worker, WorkerStats
 
 __version__ = "0.1.0"
@@ -51,6 +53,7 @@ __all__ = [
     "InvalidJob",
     "InvalidJobOption",
     "InvalidParent",
+    "InvalidRateLimit",
     "InvalidTablePrefix",
     "InvalidUniqueKey",
     "InvalidWeight",
@@ -64,6 +67,7 @@ __all__ = [
     "PayloadTooLarge",
     "Queue",
     "QueueClosed",
+    "RateLimit",
     "ReadyqError",
     "SchemaNotFound",
     "UnknownJobType",

@@ -23,6 +23,12 @@ class InvalidTablePrefix(ConfigurationError):
     """
 
 
+class InvalidRateLimit(ConfigurationError):
+    """A rate limit is badly defined (limit or period not positive, bad name), defined
+    twice with different values on one queue, or named by a handler without being
+    defined."""
+
+
 class UnsupportedDatabase(ConfigurationError):
     """The database or its server version cannot run readyq safely.
 

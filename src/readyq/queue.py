@@ -20,6 +20,7 @@ from readyq.errors import (
     DependencyNotFound,
     InvalidJobOption,
     InvalidParent,
+    InvalidRateLimit,
     InvalidUniqueKey,
     InvalidWeight,
     QueueClosed,
@@ -27,6 +28,7 @@ from readyq.errors import (
 )
 from readyq.model import Enqueued, Job, JobInfo
 from readyq.planning.limits import Limits
+from readyq.rates import RateLimit
 from readyq.payload import DEFAULT_MAX_PAYLOAD_BYTES, encode
 from readyq.planning.backoff import DEFAULT_RETRY_BASE, DEFAULT_RETRY_MAX
 from readyq.schema import DEFAULT_PREFIX, key_problem, validate_prefix
@@ -79,6 +81,7 @@ class HandlerSpec:
     retry_on_timeout: bool
     retry_base: float
     retry_max: float
+    rate_limit: str | None = None
 
 
 def _seconds(value: float | timedelta | None, what: str, *, allow_zero: bool = False) -> float | None:
@@ -166,6 +169,7 @@ class Queue:
 
         install_notify(self._store, listen)
         self._handlers: dict[str, HandlerSpec] = {}
+        self._rate_limits: dict[str, RateLimit] = {}
         self._closed = False
 
     # -- set-up ---------------------------------------------------------------------------
@@ -218,6 +222,7 @@ class Queue:
         retry_on_timeout: bool = True,
         retry_backoff: float | timedelta = DEFAULT_RETRY_BASE,
         retry_backoff_max: float | timedelta = DEFAULT_RETRY_MAX,
+        rate_limit: str | RateLimit | None = None,
     ) -> Callable[[F], F]:
         """Register the function that runs jobs of ``type``.
 
@@ -228,6 +233,9 @@ class Queue:
             retry_on_timeout: retry a timed-out attempt (True) or fail the job (False).
             retry_backoff: first retry delay; doubles each attempt up to
                 ``retry_backoff_max``, with ±10% jitter.
+            rate_limit: a :class:`readyq.RateLimit`, or the name of one defined with
+                :meth:`rate_limit`, that caps how often jobs of this type start, across
+                every worker on the database. Several types may share one limit.
 
         The handler gets a :class:`readyq.Job` and returns a JSON-serialisable result.
         It may be ``async def``; it then runs in its own event loop in the job's thread.
@@ -238,6 +246,16 @@ class Queue:
             raise ConfigurationError(f"max_attempts must be an int >= 1, not {max_attempts!r}")
         base = _seconds(retry_backoff, "retry_backoff", allow_zero=True) or 0.0
         cap = _seconds(retry_backoff_max, "retry_backoff_max", allow_zero=True) or 0.0
+        limit_name: str | None = None
+        if isinstance(rate_limit, RateLimit):
+            limit_name = self._define_rate_limit(rate_limit).name
+        elif rate_limit is not None:
+            if not isinstance(rate_limit, str) or rate_limit not in self._rate_limits:
+                raise InvalidRateLimit(
+                    f"rate_limit {rate_limit!r} is not defined on this queue: define it "
+                    "with queue.rate_limit(name, limit, per=...) or pass a readyq.RateLimit"
+                )
+            limit_name = rate_limit
 
         def register(fn: F) -> F:
             self._handlers[type] = HandlerSpec(
@@ -248,6 +266,7 @@ class Queue:
                 retry_on_timeout=retry_on_timeout,
                 retry_base=base,
                 retry_max=cap,
+                rate_limit=limit_name,
             )
             return fn
 
@@ -256,6 +275,42 @@ class Queue:
     @property
     def handlers(self) -> dict[str, HandlerSpec]:
         return dict(self._handlers)
+
+    def rate_limit(self, name: str, limit: int, *, per: float | timedelta) -> RateLimit:
+        """Define a rate limit: at most ``limit`` job starts in any ``per`` seconds.
+
+        Handlers name it with ``rate_limit=name``. The count is kept in the database, so
+        it holds across every worker process and host, each attempt counting once when
+        a worker claims it. The definition is stored by the first worker claim that
+        uses it; every process should define it alike.
+
+        Raises:
+            InvalidRateLimit: a bad name, ``limit`` or ``per``, or ``name`` already
+                defined on this queue with other values.
+
+        Example::
+
+            queue.rate_limit("openai", 100, per=60)
+
+            @queue.handler("summarize", rate_limit="openai")
+            def summarize(job): ...
+        """
+        return self._define_rate_limit(RateLimit(name, limit, per))
+
+    def _define_rate_limit(self, limit: RateLimit) -> RateLimit:
+        known = self._rate_limits.get(limit.name)
+        if known is not None and known != limit:
+            raise InvalidRateLimit(
+                f"rate limit {limit.name!r} is already defined as {known.limit} per "
+                f"{known.per:g}s on this queue"
+            )
+        self._rate_limits[limit.name] = limit
+        return limit
+
+    @property
+    def rate_limits(self) -> dict[str, RateLimit]:
+        """The rate limits defined on this queue, by name."""
+        return dict(self._rate_limits)
 
     # -- enqueue ------------------------------------------------------------------------------
 

@@ -98,6 +98,8 @@ class Tables:
     deps: sa.Table
     groups: sa.Table
     gate: sa.Table
+    rate_limits: sa.Table
+    rate_slots: sa.Table
 
 
 def build_tables(prefix: str = DEFAULT_PREFIX, dialect: str | None = None) -> Tables:
@@ -217,10 +219,30 @@ def build_tables(prefix: str = DEFAULT_PREFIX, dialect: str | None = None) -> Ta
         sa.Column("vclock", sa.Double, nullable=False),
         sa.Column("seq", sa.BigInteger, nullable=False),
     )
+    # Rate limits shared by every worker: the definition, and a ring of ``capacity`` slots
+    # holding the instants of the latest starts (database clock). A start is allowed
+    # while some slot is older than ``period``; it then takes the oldest slot.
+    rate_limits = sa.Table(
+        f"{prefix}rate_limits",
+        md,
+        sa.Column("name", Key, primary_key=True),
+        sa.Column("capacity", sa.Integer, nullable=False),
+        sa.Column("period", sa.Double, nullable=False),
+    )
+    rate_slots = sa.Table(
+        f"{prefix}rate_slots",
+        md,
+        sa.Column("name", Key, primary_key=True),
+        sa.Column("slot", sa.Integer, primary_key=True, autoincrement=False),
+        sa.Column("started_at", Instant, nullable=False),
+    )
+    sa.Index(None, rate_slots.c.name, rate_slots.c.started_at)
     return Tables(
         metadata=md,
         jobs=jobs,
         deps=deps,
         groups=groups,
         gate=gate,
+        rate_limits=rate_limits,
+        rate_slots=rate_slots,
     )

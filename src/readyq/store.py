@@ -42,6 +42,7 @@ from readyq.model import (
 from readyq.payload import decode
 from readyq.planning.backoff import retry_delay
 from readyq.planning.fair_share import GroupDemand, account, plan_claims
+from readyq.rates import RateLimit, open_budget
 from readyq.schema import Tables, build_tables
 from readyq.sql.ready import claim_order, runnable
 
@@ -917,18 +918,21 @@ class Store:
         limit: int,
         ttl: float,
         types: Sequence[str] | None,
+        rate_limits: Mapping[str, RateLimit] | None = None,
     ) -> list[ClaimedJob]:
         """Lease runnable jobs under the global cap, shared between groups fairly.
 
         One transaction: lock the gate row (claims that decide the cap and the
         fair-share clock take turns), count what is in flight across every worker,
         plan per group, claim per group through the dialect, record the fair-share
-        progress.
+        progress. ``rate_limits`` maps job types to the limits on their starts (see
+        :mod:`readyq.rates`); ``types`` must then be given.
         """
         if cap <= 0 or limit <= 0:
             return []
         return self.write(
-            lambda conn: self._claim(conn, owner, cap, limit, ttl, types), what="claim"
+            lambda conn: self._claim(conn, owner, cap, limit, ttl, types, None, rate_limits),
+            what="claim",
         )
 
     def cycle(
@@ -941,6 +945,7 @@ class Store:
         ttl: float,
         types: Sequence[str] | None,
         start: Mapping[str, tuple[float | None, bool]] | None = None,
+        rate_limits: Mapping[str, RateLimit] | None = None,
     ) -> tuple[dict[int, bool], list[ClaimedJob]]:
         """Record outcomes, claim new jobs and start them: one transaction, one commit.
 
@@ -955,7 +960,9 @@ class Store:
             applied = self._finish(conn, owner, outcomes) if outcomes else {}
             claimed: list[ClaimedJob] = []
             if cap > 0 and limit > 0:
-                claimed = self._claim(conn, owner, cap, limit, ttl, types, start)
+                claimed = self._claim(
+                    conn, owner, cap, limit, ttl, types, start, rate_limits
+                )
             return applied, claimed
 
         if not outcomes and (cap <= 0 or limit <= 0):
@@ -971,6 +978,7 @@ class Store:
         ttl: float,
         types: Sequence[str] | None,
         start: Mapping[str, tuple[float | None, bool]] | None = None,
+        rate_limits: Mapping[str, RateLimit] | None = None,
     ) -> list[ClaimedJob]:
         t = self.tables
         j, g = t.jobs, t.groups
@@ -999,6 +1007,12 @@ class Store:
         total_in_flight = sum(n for n, _ in flight.values())
         if cap - total_in_flight <= 0:
             return []
+        budget = open_budget(self, conn, rate_limits, types, min(limit, cap - total_in_flight))
+        if budget is not None:
+            types = budget.allowed(types or ())
+            if not types:
+                return []
+        claim = d.claim if budget is None else budget.claim
         # Runnable jobs per group, counted only up to the cap, for the groups a skip scan
         # of the ready index finds: the cost follows the number of groups, not the
         # backlog.
@@ -1010,7 +1024,7 @@ class Store:
             # the fair-share clocks as they are (a group that joins later starts level).
             (key,) = ready
             limit = min(limit, cap - total_in_flight)
-            return d.claim(
+            return claim(
                 conn,
                 t,
                 ClaimRequest(
@@ -1042,7 +1056,7 @@ class Store:
         claimed: list[ClaimedJob] = []
         counts: dict[str, int] = {}
         for key in dict.fromkeys(plan.picks):
-            got = d.claim(
+            got = claim(
                 conn,
                 t,
                 ClaimRequest(

@@ -234,6 +234,11 @@ class Worker:
             raise ConfigurationError(f"no handler registered for type(s): {', '.join(unknown)}")
         self.types: list[str] = list(types)
         self.handlers = handlers
+        # Job type -> the rate limit on its starts, shared through the database.
+        limits = queue.rate_limits
+        self.rate_limits = {
+            t: limits[name] for t in self.types if (name := handlers[t].rate_limit) is not None
+        }
         self.worker_id = worker_id or default_worker_id()
         self.stats = WorkerStats()
         self._running: dict[int, _Running] = {}
@@ -426,6 +431,7 @@ class Worker:
                 ttl=self.lease_ttl,
                 types=self.types,
                 start=self._start_policies,
+                rate_limits=self.rate_limits,
             )
         except BaseException:
             self._inbox.outcomes.extendleft(reversed(outcomes))

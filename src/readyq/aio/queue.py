@@ -21,6 +21,7 @@ from readyq.model import Enqueued, JobInfo
 from readyq.payload import DEFAULT_MAX_PAYLOAD_BYTES
 from readyq.planning.limits import Limits
 from readyq.queue import DEFAULT_MAX_ATTEMPTS, HandlerSpec, Queue
+from readyq.rates import RateLimit
 from readyq.schema import DEFAULT_PREFIX
 from readyq.wakeup import install_notify
 from readyq.worker import WorkerStats
@@ -131,6 +132,14 @@ class AsyncQueue:
     @property
     def handlers(self) -> dict[str, HandlerSpec]:
         return self._queue.handlers
+
+    def rate_limit(self, name: str, limit: int, *, per: float | timedelta) -> RateLimit:
+        """Define a rate limit (no I/O); see :meth:`readyq.Queue.rate_limit`."""
+        return self._queue.rate_limit(name, limit, per=per)
+
+    @property
+    def rate_limits(self) -> dict[str, RateLimit]:
+        return self._queue.rate_limits
 
     # -- jobs -----------------------------------------------------------------------------
 

@@ -54,7 +54,9 @@ def readyq_table_names(prefix: str = DEFAULT_PREFIX) -> frozenset[str]:
     """Every table readyq creates for ``prefix``, its version table included."""
     validate_prefix(prefix)
     return frozenset(
-        f"{prefix}{name}" for name in ("jobs", "job_deps", "groups", "gate", "alembic_version")
+        f"{prefix}{name}" for name in (
+            "jobs", "job_deps", "groups", "gate", "rate_limits", "rate_slots", "alembic_version"
+        )
     )
 
 

@@ -1,4 +1,4 @@
-"""Unique jobs.
+"""Unique jobs and rate limits.
 
 Revision ID: readyq_0002
 Revises: readyq_0001
@@ -7,10 +7,11 @@ Revises: readyq_0001
   partial on PostgreSQL and SQLite; on MySQL and MariaDB, which have no partial indexes,
   on the stored generated column ``live_unique_key`` (the key while the job has not
   ended, NULL afterwards).
+* ``rate_limits`` (one row per limit) and ``rate_slots`` (the latest starts of each).
 
-Every step is an ADD COLUMN or CREATE INDEX, which SQLite runs in place: the jobs table
-is not rebuilt, so no batch mode is needed and its rows (and the foreign keys pointing
-at them) are left alone. On MySQL and MariaDB, adding the stored column
+Every step is an ADD COLUMN, CREATE INDEX or CREATE TABLE, which SQLite runs in place:
+the jobs table is not rebuilt, so no batch mode is needed and its rows (and the foreign
+keys pointing at them) are left alone. On MySQL and MariaDB, adding the stored column
 rewrites the jobs table once.
 
 The column types and SQL text are frozen copies of ``readyq.schema`` at this revision.
@@ -32,6 +33,7 @@ depends_on = None
 Key = sa.String(200).with_variant(
     mysql.VARCHAR(200, charset="utf8mb4", collation="utf8mb4_bin"), "mysql", "mariadb"
 )
+Instant: sa.Double[float] = sa.Double()
 NOT_ENDED = "state NOT IN ('done', 'failed', 'cancelled', 'upstream_failed')"
 LIVE_KEY_WHERE = f"unique_key IS NOT NULL AND {NOT_ENDED}"
 LIVE_KEY_EXPRESSION = f"CASE WHEN {NOT_ENDED} THEN unique_key END"
@@ -43,7 +45,7 @@ def _is_mysql() -> bool:
 
 def upgrade() -> None:
     p = current_prefix()
-    jobs = f"{p}jobs"
+    jobs, limits, slots = f"{p}jobs", f"{p}rate_limits", f"{p}rate_slots"
     live_index = f"{p}jobs_live_unique_key_uq"
 
     op.add_column(jobs, sa.Column("unique_key", Key, nullable=True))
@@ -65,10 +67,28 @@ def upgrade() -> None:
             sqlite_where=sa.text(LIVE_KEY_WHERE),
         )
 
+    op.create_table(
+        limits,
+        sa.Column("name", Key, nullable=False),
+        sa.Column("capacity", sa.Integer, nullable=False),
+        sa.Column("period", sa.Double, nullable=False),
+        sa.PrimaryKeyConstraint("name", name=f"{limits}_pk"),
+    )
+    op.create_table(
+        slots,
+        sa.Column("name", Key, nullable=False),
+        sa.Column("slot", sa.Integer, nullable=False, autoincrement=False),
+        sa.Column("started_at", Instant, nullable=False),
+        sa.PrimaryKeyConstraint("name", "slot", name=f"{slots}_pk"),
+    )
+    op.create_index(f"{slots}_name_started_at_ix", slots, ["name", "started_at"])
+
 
 def downgrade() -> None:
     p = current_prefix()
     jobs = f"{p}jobs"
+    op.drop_table(f"{p}rate_slots")
+    op.drop_table(f"{p}rate_limits")
     op.drop_index(f"{p}jobs_live_unique_key_uq", table_name=jobs)
     if _is_mysql():
         op.drop_column(jobs, "live_unique_key")
