@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import math
-import time
 import numbers
+import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
@@ -27,12 +27,12 @@ from readyq.errors import (
     UnknownJobType,
 )
 from readyq.model import Enqueued, Job, JobInfo
-from readyq.planning.limits import Limits
-from readyq.rates import RateLimit
 from readyq.payload import DEFAULT_MAX_PAYLOAD_BYTES, encode
 from readyq.planning.backoff import DEFAULT_RETRY_BASE, DEFAULT_RETRY_MAX
-from readyq.schema import DEFAULT_PREFIX, key_problem, validate_prefix
 from readyq.planning.dag import insertion_order
+from readyq.planning.limits import Limits
+from readyq.rates import RateLimit
+from readyq.schema import DEFAULT_PREFIX, key_problem, validate_prefix
 from readyq.store import BatchJob, NewJob, Store
 
 DEFAULT_URL = "sqlite:///readyq.db"
@@ -84,7 +84,9 @@ class HandlerSpec:
     rate_limit: str | None = None
 
 
-def _seconds(value: float | timedelta | None, what: str, *, allow_zero: bool = False) -> float | None:
+def _seconds(
+    value: float | timedelta | None, what: str, *, allow_zero: bool = False
+) -> float | None:
     if value is None:
         return None
     if isinstance(value, timedelta):
@@ -148,10 +150,22 @@ class Queue:
         listen: bool | None = None,
     ) -> None:
         validate_prefix(prefix)
-        if isinstance(max_payload_bytes, bool) or not isinstance(max_payload_bytes, int) or max_payload_bytes <= 0:
-            raise ConfigurationError(f"max_payload_bytes must be a positive int, not {max_payload_bytes!r}")
-        if isinstance(default_max_attempts, bool) or not isinstance(default_max_attempts, int) or default_max_attempts < 1:
-            raise ConfigurationError(f"default_max_attempts must be an int >= 1, not {default_max_attempts!r}")
+        if (
+            isinstance(max_payload_bytes, bool)
+            or not isinstance(max_payload_bytes, int)
+            or max_payload_bytes <= 0
+        ):
+            raise ConfigurationError(
+                f"max_payload_bytes must be a positive int, not {max_payload_bytes!r}"
+            )
+        if (
+            isinstance(default_max_attempts, bool)
+            or not isinstance(default_max_attempts, int)
+            or default_max_attempts < 1
+        ):
+            raise ConfigurationError(
+                f"default_max_attempts must be an int >= 1, not {default_max_attempts!r}"
+            )
         if isinstance(url, Engine):
             engine, owned = url, False
         else:
@@ -242,7 +256,9 @@ class Queue:
         """
         _key(type, "handler type")
         timeout_s = _seconds(timeout, "timeout")
-        if max_attempts is not None and (isinstance(max_attempts, bool) or not isinstance(max_attempts, int) or max_attempts < 1):
+        if max_attempts is not None and (
+            isinstance(max_attempts, bool) or not isinstance(max_attempts, int) or max_attempts < 1
+        ):
             raise ConfigurationError(f"max_attempts must be an int >= 1, not {max_attempts!r}")
         base = _seconds(retry_backoff, "retry_backoff", allow_zero=True) or 0.0
         cap = _seconds(retry_backoff_max, "retry_backoff_max", allow_zero=True) or 0.0
@@ -340,8 +356,14 @@ class Queue:
         _key(group, "group")
         if isinstance(weight, bool) or not isinstance(weight, int) or not 1 <= weight <= MAX_WEIGHT:
             raise InvalidWeight(f"weight must be an int from 1 to {MAX_WEIGHT}, not {weight!r}")
-        if isinstance(priority, bool) or not isinstance(priority, int) or abs(priority) > MAX_PRIORITY:
-            raise InvalidJobOption(f"priority must be an int within ±{MAX_PRIORITY}, not {priority!r}")
+        if (
+            isinstance(priority, bool)
+            or not isinstance(priority, int)
+            or abs(priority) > MAX_PRIORITY
+        ):
+            raise InvalidJobOption(
+                f"priority must be an int within ±{MAX_PRIORITY}, not {priority!r}"
+            )
         spec = self._handlers.get(type)
         if max_attempts is None:
             max_attempts = (spec.max_attempts if spec else None) or self.default_max_attempts
@@ -384,7 +406,9 @@ class Queue:
             return connection
         if isinstance(connection, Session):
             return connection.connection()
-        raise InvalidJobOption(f"connection must be a SQLAlchemy Connection or Session, not {connection!r}")
+        raise InvalidJobOption(
+            f"connection must be a SQLAlchemy Connection or Session, not {connection!r}"
+        )
 
     def enqueue(
         self,
@@ -548,7 +572,9 @@ class Queue:
         def ref(value: Any, what: str) -> int:
             if isinstance(value, str):
                 if value not in keys:
-                    raise DependencyNotFound(f"{what} names key {value!r}, which is not in the batch")
+                    raise DependencyNotFound(
+                        f"{what} names key {value!r}, which is not in the batch"
+                    )
                 return keys[value]
             return -1
 

@@ -449,9 +449,11 @@ class Store:
             if b.job.is_container:
                 state = JobState.ACTIVE
             elif bad_out:
-                state, error = JobState.UPSTREAM_FAILED, f"dependency {bad_out[0]} ended {states[bad_out[0]]}"
+                state = JobState.UPSTREAM_FAILED
+                error = f"dependency {bad_out[0]} ended {states[bad_out[0]]}"
             elif bad_in:
-                state, error = JobState.UPSTREAM_FAILED, f"dependency #{bad_in[0]} of the batch ended upstream_failed"
+                state = JobState.UPSTREAM_FAILED
+                error = f"dependency #{bad_in[0]} of the batch ended upstream_failed"
             elif pending:
                 state = JobState.WAITING
             else:
@@ -487,7 +489,7 @@ class Store:
                     self._row_values(b.job, state, pending, error, parent_id, children[pos])
                 )
             new_ids = self._insert_rows(conn, rows_values, now)
-            for pos, new_id in zip(positions, new_ids):
+            for pos, new_id in zip(positions, new_ids, strict=True):
                 ids[pos] = new_id
         edges = [
             {"job_id": ids[pos], "depends_on_id": dep}
@@ -1516,7 +1518,9 @@ class Store:
             return True
         if state == "active":
             children = conn.execute(
-                sa.select(j.c.id).where(j.c.parent_id == job_id, j.c.state.in_(UNFINISHED_STATES + ("active",)))
+                sa.select(j.c.id).where(
+                    j.c.parent_id == job_id, j.c.state.in_((*UNFINISHED_STATES, "active"))
+                )
             ).scalars().all()
             for child in children:
                 self._cancel(conn, int(child))

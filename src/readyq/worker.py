@@ -28,10 +28,10 @@ from typing import TYPE_CHECKING, Any
 import sqlalchemy as sa
 
 from readyq.errors import ConfigurationError, InvalidJob, LeaseLost
-from readyq.planning.limits import Limits, current_cap, normalize
 from readyq.model import ClaimedJob, Job
 from readyq.payload import decode, encode
 from readyq.planning.backoff import retry_delay
+from readyq.planning.limits import Limits, current_cap, normalize
 from readyq.store import Lease, Outcome
 
 if TYPE_CHECKING:
@@ -452,7 +452,9 @@ class Worker:
     @property
     def _start_policies(self) -> dict[str, tuple[float | None, bool]]:
         """Per job type: the handler's timeout and timeout policy, applied at start."""
-        return {t: (self.handlers[t].timeout, self.handlers[t].retry_on_timeout) for t in self.types}
+        return {
+            t: (self.handlers[t].timeout, self.handlers[t].retry_on_timeout) for t in self.types
+        }
 
     def _launch(self, claimed: list[ClaimedJob]) -> None:
         self.stats.claimed += len(claimed)
