@@ -311,7 +311,8 @@ class Queue:
             @queue.handler("summarize", rate_limit="openai")
             def summarize(job): ...
         """
-        return self._define_rate_limit(RateLimit(name, limit, per))
+        seconds = per.total_seconds() if isinstance(per, timedelta) else per
+        return self._define_rate_limit(RateLimit(name, limit, seconds))
 
     def _define_rate_limit(self, limit: RateLimit) -> RateLimit:
         known = self._rate_limits.get(limit.name)

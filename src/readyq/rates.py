@@ -29,7 +29,7 @@ import numbers
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import timedelta
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
@@ -216,7 +216,9 @@ def open_budget(
     return Budget(store, {ty: lim for ty, lim in by_type.items() if lim.name in used}, left)
 
 
-def _store_definition(conn: Connection, t: Tables, lim: RateLimit, row: sa.Row | None) -> None:
+def _store_definition(
+    conn: Connection, t: Tables, lim: RateLimit, row: sa.Row[Any] | None
+) -> None:
     """Create the limit and its slots, or bring them in line with ``lim``.
 
     A smaller limit drops the oldest slots and keeps the latest starts, so the starts

@@ -155,15 +155,22 @@ def without_held(
         if key is not None and key in held:
             where.append(None)
             continue
-        outside = [held[batch[x].job.unique_key] for x in b.deps_in_batch  # type: ignore[index]
-                   if where[x] is None]
-        inside = tuple(sorted(where[x] for x in b.deps_in_batch if where[x] is not None))  # type: ignore[type-var]
+        outside: list[int] = []
+        inside: list[int] = []
+        for x in b.deps_in_batch:
+            moved = where[x]
+            if moved is not None:
+                inside.append(moved)
+            else:
+                outside.append(held[batch[x].job.unique_key or ""])
         parent = None if b.parent_in_batch is None else where[b.parent_in_batch]
         assert b.parent_in_batch is None or parent is not None, "a container was dropped"
         job = b.job
         if outside:
             job = replace(job, depends_on=tuple(dict.fromkeys((*job.depends_on, *outside))))
-        kept.append(replace(b, job=job, deps_in_batch=inside, parent_in_batch=parent))
+        kept.append(
+            replace(b, job=job, deps_in_batch=tuple(sorted(inside)), parent_in_batch=parent)
+        )
         where.append(len(kept) - 1)
     return kept, where
 
@@ -191,7 +198,7 @@ def enqueue_batch(
             found = holders(store, conn, keys, after_conflict=True)
             continue
         return [
-            (found[b.job.unique_key], False) if w is None else (ids[w], True)  # type: ignore[index]
+            (found[b.job.unique_key or ""], False) if w is None else (ids[w], True)
             for b, w in zip(batch, where, strict=True)
         ]
     raise AssertionError("unreachable")  # pragma: no cover
