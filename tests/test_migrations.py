@@ -15,7 +15,7 @@ import readyq
 from readyq import admin
 from readyq.migrations import HEAD_REVISION, include_name, version_location
 
-TABLES = ("jobs", "job_deps", "groups", "gate")
+TABLES = ("jobs", "job_deps", "groups", "gate", "rate_limits", "rate_slots")
 
 
 def _root_conftest() -> Any:

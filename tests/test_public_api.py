@@ -8,12 +8,15 @@ def test_public_names_are_pinned() -> None:
         "ConfigurationError",
         "DependencyCycle",
         "DependencyNotFound",
+        "Enqueued",
         "InvalidJob",
         "InvalidJobArgs",
         "InvalidJobOption",
         "InvalidJobResult",
         "InvalidParent",
+        "InvalidRateLimit",
         "InvalidTablePrefix",
+        "InvalidUniqueKey",
         "InvalidWeight",
         "Job",
         "JobInfo",
@@ -25,6 +28,7 @@ def test_public_names_are_pinned() -> None:
         "PayloadTooLarge",
         "Queue",
         "QueueClosed",
+        "RateLimit",
         "ReadyqError",
         "SchemaNotFound",
         "UnknownJobType",
@@ -37,7 +41,8 @@ def test_public_names_are_pinned() -> None:
 def test_every_error_derives_from_the_one_base() -> None:
     errors = [getattr(readyq, n) for n in readyq.__all__ if n.endswith(("Error", "Found", "Lost",
               "Closed", "Prefix", "Weight", "Parent", "Option", "Cycle", "Type", "JSON",
-              "Large", "Database", "Job", "Args", "Result"))]
+              "Large", "Database", "Job", "Args", "Result", "Key",
+              "Limit"))]
     for err in errors:
         if isinstance(err, type) and issubclass(err, Exception):
             assert issubclass(err, readyq.ReadyqError), err

@@ -16,7 +16,9 @@ from readyq.errors import (
     InvalidJobOption,
     InvalidJobResult,
     InvalidParent,
+    InvalidRateLimit,
     InvalidTablePrefix,
+    InvalidUniqueKey,
     InvalidWeight,
     JobNotFound,
     LeaseLost,
@@ -28,8 +30,9 @@ from readyq.errors import (
     UnknownJobType,
     UnsupportedDatabase,
 )
-from readyq.model import Job, JobInfo, JobState
+from readyq.model import Enqueued, Job, JobInfo, JobState
 from readyq.queue import JobSpec, Queue
+from readyq.rates import RateLimit
 from readyq.worker import Worker, WorkerStats
 
 __version__ = "0.1.0"
@@ -48,12 +51,15 @@ __all__ = [
     "ConfigurationError",
     "DependencyCycle",
     "DependencyNotFound",
+    "Enqueued",
     "InvalidJob",
     "InvalidJobArgs",
     "InvalidJobOption",
     "InvalidJobResult",
     "InvalidParent",
+    "InvalidRateLimit",
     "InvalidTablePrefix",
+    "InvalidUniqueKey",
     "InvalidWeight",
     "Job",
     "JobInfo",
@@ -65,6 +71,7 @@ __all__ = [
     "PayloadTooLarge",
     "Queue",
     "QueueClosed",
+    "RateLimit",
     "ReadyqError",
     "SchemaNotFound",
     "UnknownJobType",

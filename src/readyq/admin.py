@@ -21,6 +21,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
 
+from readyq import unique
 from readyq.errors import JobNotFound, ReadyqError
 from readyq.migrations import (
     PREFIX_ATTRIBUTE,
@@ -869,6 +870,8 @@ def retry(queue: Queue, job_id: int, *, extra_attempts: int = 1) -> RetryResult:
       same rule. It rolls up again when its last child ends.
     * Retrying a container retries every ``failed`` or ``cancelled`` job inside it (at
       any depth) whose dependencies allow it, with the same consequences.
+    * A job brought back takes its unique key back: the retry is refused if another
+      job that has not ended holds that key now.
 
     Everything happens in one transaction, with the rows it reads locked.
     """
@@ -879,9 +882,20 @@ def retry(queue: Queue, job_id: int, *, extra_attempts: int = 1) -> RetryResult:
     ):
         raise ValueError(f"extra_attempts must be an int >= 1, not {extra_attempts!r}")
     store = queue._store
-    return store.write(
-        lambda conn: _retry(queue, conn, job_id, extra_attempts), idempotent=False, what="retry"
-    )
+    try:
+        return store.write(
+            lambda conn: _retry(queue, conn, job_id, extra_attempts),
+            idempotent=False,
+            what="retry",
+        )
+    except sa.exc.IntegrityError as exc:
+        # A job enqueued with the same unique key since the check in _retry.
+        if unique.is_live_key_conflict(exc, store.tables):
+            raise NotRetryable(
+                f"job {job_id} cannot be retried: a job that has not ended took its "
+                "unique key meanwhile"
+            ) from exc
+        raise
 
 
 def _retry(queue: Queue, conn: Connection, job_id: int, extra: int) -> RetryResult:
@@ -1016,6 +1030,14 @@ def _retry(queue: Queue, conn: Connection, job_id: int, extra: int) -> RetryResu
         raise NotRetryable(
             f"nothing in container {job_id} can be retried: every failed or cancelled job "
             "inside it depends on a job that ended badly outside it"
+        )
+
+    taken = unique.taken_keys(store, conn, sorted(revived))
+    if taken:
+        job, key, holder = taken[0]
+        raise NotRetryable(
+            f"job {job} cannot be retried: its unique key {key!r} is held by job {holder}, "
+            "which has not ended"
         )
 
     by_pending: dict[int, list[int]] = defaultdict(list)

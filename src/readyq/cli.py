@@ -151,6 +151,12 @@ def _parser() -> argparse.ArgumentParser:
         "--timeout", type=float, default=None, metavar="SECONDS", help="per-attempt timeout"
     )
     p.add_argument(
+        "--unique-key",
+        default=None,
+        metavar="KEY",
+        help="deduplicate: if a job holding KEY has not ended, print its id and add nothing",
+    )
+    p.add_argument(
         "--container",
         action="store_true",
         help="add a container (never runs; ends when its last child ends)",
@@ -464,6 +470,7 @@ def cmd_enqueue(args: argparse.Namespace) -> int:
                 ("--run-after", args.run_after),
                 ("--max-attempts", args.max_attempts),
                 ("--timeout", args.timeout),
+                ("--unique-key", args.unique_key),
             )
             if value is not None
         ]
@@ -480,6 +487,7 @@ def cmd_enqueue(args: argparse.Namespace) -> int:
             )
     else:
         queue = _open(args)
+    created = True
     try:
         if args.container:
             job_id = queue.enqueue_container(
@@ -491,20 +499,27 @@ def cmd_enqueue(args: argparse.Namespace) -> int:
                 parent=args.parent,
             )
         else:
-            job_id = queue.enqueue(
-                args.type,
-                payload,
-                group=args.group,
-                weight=args.weight,
-                priority=args.priority or 0,
-                depends_on=args.after,
-                parent=args.parent,
-                run_after=run_after,
-                max_attempts=args.max_attempts,
-                timeout=args.timeout,
-            )
+            options = {
+                "group": args.group,
+                "weight": args.weight,
+                "priority": args.priority or 0,
+                "depends_on": args.after,
+                "parent": args.parent,
+                "run_after": run_after,
+                "max_attempts": args.max_attempts,
+                "timeout": args.timeout,
+            }
+            if args.unique_key is not None:
+                job_id, created = queue.enqueue_unique(
+                    args.type, payload, unique_key=args.unique_key, **options
+                )
+            else:
+                job_id = queue.enqueue(args.type, payload, **options)
         if args.json:
-            _print_json({"id": job_id, "state": queue.get(job_id).state.value})
+            data = {"id": job_id, "state": queue.get(job_id).state.value}
+            if args.unique_key is not None:
+                data["created"] = created
+            _print_json(data)
         else:
             print(job_id)
     finally:

@@ -23,6 +23,12 @@ class InvalidTablePrefix(ConfigurationError):
     """
 
 
+class InvalidRateLimit(ConfigurationError):
+    """A rate limit is badly defined (limit or period not positive, bad name), defined
+    twice with different values on one queue, or named by a handler without being
+    defined."""
+
+
 class UnsupportedDatabase(ConfigurationError):
     """The database or its server version cannot run readyq safely.
 
@@ -88,6 +94,14 @@ class InvalidJobResult(ReadyqError, ValueError):
 
     Raised by the worker after the handler returns: the attempt fails (and may be
     retried) with this error, and the result is not stored.
+    """
+
+
+class InvalidUniqueKey(InvalidJobOption):
+    """A unique key is not a valid key, or is given twice in one batch, or to a container.
+
+    Keys follow the rules of group keys: a non-empty string of at most 200 characters,
+    without NUL characters or whitespace at either end.
     """
 
 

@@ -6,7 +6,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from enum import Enum
-from typing import Any
+from typing import Any, NamedTuple
 
 
 class JobState(str, Enum):
@@ -87,10 +87,22 @@ class JobInfo:
     started_at: datetime | None
     finished_at: datetime | None
     lease_owner: str | None
+    unique_key: str | None = None
 
     @property
     def is_terminal(self) -> bool:
         return self.state.is_terminal
+
+
+class Enqueued(NamedTuple):
+    """What :meth:`readyq.Queue.enqueue_unique` did: the job's id, and whether it is new.
+
+    ``created`` is False when a job that had not ended already held the unique key;
+    ``id`` is then that job's id and nothing was written.
+    """
+
+    id: int
+    created: bool
 
 
 @dataclass(frozen=True)

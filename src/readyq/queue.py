@@ -21,24 +21,26 @@ from readyq.errors import (
     DependencyNotFound,
     InvalidJobOption,
     InvalidParent,
+    InvalidRateLimit,
+    InvalidUniqueKey,
     InvalidWeight,
     QueueClosed,
     UnknownJobType,
 )
 from readyq.handlers import check_model, normalize_args
 from readyq.metrics import Observers
-from readyq.model import GroupStats, Job, JobInfo
+from readyq.model import Enqueued, GroupStats, Job, JobInfo
 from readyq.payload import DEFAULT_MAX_PAYLOAD_BYTES, encode
 from readyq.planning.backoff import DEFAULT_RETRY_BASE, DEFAULT_RETRY_MAX
 from readyq.planning.dag import insertion_order
 from readyq.planning.limits import Limits
-from readyq.schema import DEFAULT_PREFIX, validate_prefix
+from readyq.rates import RateLimit
+from readyq.schema import DEFAULT_PREFIX, key_problem, validate_prefix
 from readyq.store import BatchJob, NewJob, Store
 
 DEFAULT_URL = "sqlite:///readyq.db"
 DEFAULT_MAX_ATTEMPTS = 3
 DEFAULT_GROUP = "default"
-MAX_KEY_CHARS = 200
 MAX_WEIGHT = 1_000_000
 MAX_PRIORITY = 1_000_000
 MAX_BATCH = 100_000
@@ -53,6 +55,7 @@ class JobSpec:
     ``depends_on`` and ``parent`` take ids of existing jobs (ints) or the ``key`` of
     another job of the same batch (strings), before or after it in the batch.
     ``container=True`` makes a container (see :meth:`Queue.enqueue_container`).
+    ``unique_key`` deduplicates the job as in :meth:`Queue.enqueue` (not on containers).
     """
 
     type: str
@@ -67,6 +70,7 @@ class JobSpec:
     max_attempts: int | None = None
     timeout: float | timedelta | None = None
     container: bool = False
+    unique_key: str | None = None
 
 
 @dataclass(frozen=True)
@@ -82,9 +86,12 @@ class HandlerSpec:
     retry_max: float
     args_model: Any = None
     result_model: Any = None
+    rate_limit: str | None = None
 
 
-def _seconds(value: float | timedelta | None, what: str, *, allow_zero: bool = False) -> float | None:
+def _seconds(
+    value: float | timedelta | None, what: str, *, allow_zero: bool = False
+) -> float | None:
     if value is None:
         return None
     if isinstance(value, timedelta):
@@ -97,20 +104,11 @@ def _seconds(value: float | timedelta | None, what: str, *, allow_zero: bool = F
     return seconds
 
 
-def _key(value: Any, what: str) -> str:
-    if not isinstance(value, str) or not value or len(value) > MAX_KEY_CHARS:
-        raise InvalidJobOption(f"{what} must be a non-empty string of at most {MAX_KEY_CHARS} characters, not {value!r}")
-    if "\x00" in value:  # PostgreSQL text cannot hold NUL; refuse it on every database
-        raise InvalidJobOption(f"{what} must not contain NUL characters, not {value!r}")
-    # MySQL/MariaDB collations are PAD SPACE ('a' = 'a '): a key with edge whitespace
-    # would match another key there and not elsewhere, so it is refused everywhere.
-    if value != value.strip():
-        raise InvalidJobOption(f"{what} must not start or end with whitespace, not {value!r}")
-    try:
-        value.encode("utf-8")
-    except UnicodeEncodeError:  # lone surrogates: no database can store them
-        raise InvalidJobOption(f"{what} is not valid Unicode: {value!r}") from None
-    return value
+def _key(value: Any, what: str, error: type[InvalidJobOption] = InvalidJobOption) -> str:
+    problem = key_problem(value)
+    if problem is not None:
+        raise error(f"{what} {problem}: {value!r}")
+    return str(value)
 
 
 def _job_id(value: Any, what: str) -> int:
@@ -160,10 +158,22 @@ class Queue:
         observers: Iterable[Any] = (),
     ) -> None:
         validate_prefix(prefix)
-        if isinstance(max_payload_bytes, bool) or not isinstance(max_payload_bytes, int) or max_payload_bytes <= 0:
-            raise ConfigurationError(f"max_payload_bytes must be a positive int, not {max_payload_bytes!r}")
-        if isinstance(default_max_attempts, bool) or not isinstance(default_max_attempts, int) or default_max_attempts < 1:
-            raise ConfigurationError(f"default_max_attempts must be an int >= 1, not {default_max_attempts!r}")
+        if (
+            isinstance(max_payload_bytes, bool)
+            or not isinstance(max_payload_bytes, int)
+            or max_payload_bytes <= 0
+        ):
+            raise ConfigurationError(
+                f"max_payload_bytes must be a positive int, not {max_payload_bytes!r}"
+            )
+        if (
+            isinstance(default_max_attempts, bool)
+            or not isinstance(default_max_attempts, int)
+            or default_max_attempts < 1
+        ):
+            raise ConfigurationError(
+                f"default_max_attempts must be an int >= 1, not {default_max_attempts!r}"
+            )
         if isinstance(url, Engine):
             engine, owned = url, False
         else:
@@ -182,6 +192,7 @@ class Queue:
         install_notify(self._store, listen)
         self._handlers: dict[str, HandlerSpec] = {}
         self._observers = Observers(observers)
+        self._rate_limits: dict[str, RateLimit] = {}
         self._closed = False
 
     # -- set-up ---------------------------------------------------------------------------
@@ -261,6 +272,7 @@ class Queue:
         retry_backoff_max: float | timedelta = DEFAULT_RETRY_MAX,
         args_model: type[Any] | None = None,
         result_model: type[Any] | None = None,
+        rate_limit: str | RateLimit | None = None,
     ) -> Callable[[F], F]:
         """Register the function that runs jobs of ``type``.
 
@@ -277,6 +289,9 @@ class Queue:
             result_model: a pydantic v2 model the handler's result must validate
                 against; a result that does not fails the attempt with
                 :class:`readyq.InvalidJobResult`.
+            rate_limit: a :class:`readyq.RateLimit`, or the name of one defined with
+                :meth:`rate_limit`, that caps how often jobs of this type start, across
+                every worker on the database. Several types may share one limit.
 
         The handler gets a :class:`readyq.Job` and returns a JSON-serialisable result
         (or a pydantic model, stored as its JSON dump). It may be ``async def``; it then
@@ -284,12 +299,24 @@ class Queue:
         """
         _key(type, "handler type")
         timeout_s = _seconds(timeout, "timeout")
-        if max_attempts is not None and (isinstance(max_attempts, bool) or not isinstance(max_attempts, int) or max_attempts < 1):
+        if max_attempts is not None and (
+            isinstance(max_attempts, bool) or not isinstance(max_attempts, int) or max_attempts < 1
+        ):
             raise ConfigurationError(f"max_attempts must be an int >= 1, not {max_attempts!r}")
         base = _seconds(retry_backoff, "retry_backoff", allow_zero=True) or 0.0
         cap = _seconds(retry_backoff_max, "retry_backoff_max", allow_zero=True) or 0.0
         check_model(args_model, "args_model")
         check_model(result_model, "result_model")
+        limit_name: str | None = None
+        if isinstance(rate_limit, RateLimit):
+            limit_name = self._define_rate_limit(rate_limit).name
+        elif rate_limit is not None:
+            if not isinstance(rate_limit, str) or rate_limit not in self._rate_limits:
+                raise InvalidRateLimit(
+                    f"rate_limit {rate_limit!r} is not defined on this queue: define it "
+                    "with queue.rate_limit(name, limit, per=...) or pass a readyq.RateLimit"
+                )
+            limit_name = rate_limit
 
         def register(fn: F) -> F:
             self._handlers[type] = HandlerSpec(
@@ -302,6 +329,7 @@ class Queue:
                 retry_max=cap,
                 args_model=args_model,
                 result_model=result_model,
+                rate_limit=limit_name,
             )
             return fn
 
@@ -310,6 +338,43 @@ class Queue:
     @property
     def handlers(self) -> dict[str, HandlerSpec]:
         return dict(self._handlers)
+
+    def rate_limit(self, name: str, limit: int, *, per: float | timedelta) -> RateLimit:
+        """Define a rate limit: at most ``limit`` job starts in any ``per`` seconds.
+
+        Handlers name it with ``rate_limit=name``. The count is kept in the database, so
+        it holds across every worker process and host, each attempt counting once when
+        a worker claims it. The definition is stored by the first worker claim that
+        uses it; every process should define it alike.
+
+        Raises:
+            InvalidRateLimit: a bad name, ``limit`` or ``per``, or ``name`` already
+                defined on this queue with other values.
+
+        Example::
+
+            queue.rate_limit("openai", 100, per=60)
+
+            @queue.handler("summarize", rate_limit="openai")
+            def summarize(job): ...
+        """
+        seconds = per.total_seconds() if isinstance(per, timedelta) else per
+        return self._define_rate_limit(RateLimit(name, limit, seconds))
+
+    def _define_rate_limit(self, limit: RateLimit) -> RateLimit:
+        known = self._rate_limits.get(limit.name)
+        if known is not None and known != limit:
+            raise InvalidRateLimit(
+                f"rate limit {limit.name!r} is already defined as {known.limit} per "
+                f"{known.per:g}s on this queue"
+            )
+        self._rate_limits[limit.name] = limit
+        return limit
+
+    @property
+    def rate_limits(self) -> dict[str, RateLimit]:
+        """The rate limits defined on this queue, by name."""
+        return dict(self._rate_limits)
 
     # -- enqueue ------------------------------------------------------------------------------
 
@@ -327,6 +392,7 @@ class Queue:
         max_attempts: int | None,
         timeout: float | timedelta | None,
         is_container: bool,
+        unique_key: str | None = None,
     ) -> NewJob:
         self._check_open()
         _key(type, "job type")
@@ -338,8 +404,14 @@ class Queue:
         _key(group, "group")
         if isinstance(weight, bool) or not isinstance(weight, int) or not 1 <= weight <= MAX_WEIGHT:
             raise InvalidWeight(f"weight must be an int from 1 to {MAX_WEIGHT}, not {weight!r}")
-        if isinstance(priority, bool) or not isinstance(priority, int) or abs(priority) > MAX_PRIORITY:
-            raise InvalidJobOption(f"priority must be an int within ±{MAX_PRIORITY}, not {priority!r}")
+        if (
+            isinstance(priority, bool)
+            or not isinstance(priority, int)
+            or abs(priority) > MAX_PRIORITY
+        ):
+            raise InvalidJobOption(
+                f"priority must be an int within ±{MAX_PRIORITY}, not {priority!r}"
+            )
         spec = None if is_container else self._handlers.get(type)
         if spec is not None and spec.args_model is not None:
             args = normalize_args(spec.args_model, type, args)
@@ -373,6 +445,9 @@ class Queue:
             depends_on=deps,
             parent=parent_id,
             is_container=is_container,
+            unique_key=None if unique_key is None else _key(
+                unique_key, "unique_key", InvalidUniqueKey
+            ),
         )
 
     @staticmethod
@@ -381,7 +456,9 @@ class Queue:
             return connection
         if isinstance(connection, Session):
             return connection.connection()
-        raise InvalidJobOption(f"connection must be a SQLAlchemy Connection or Session, not {connection!r}")
+        raise InvalidJobOption(
+            f"connection must be a SQLAlchemy Connection or Session, not {connection!r}"
+        )
 
     def enqueue(
         self,
@@ -396,6 +473,7 @@ class Queue:
         run_after: datetime | timedelta | float | None = None,
         max_attempts: int | None = None,
         timeout: float | timedelta | None = None,
+        unique_key: str | None = None,
         connection: Connection | Session | None = None,
     ) -> int:
         """Add a job and return its id.
@@ -412,6 +490,12 @@ class Queue:
             run_after: not before this time (aware datetime, naive = UTC) or delay.
             max_attempts: overrides the handler's (or the queue's) attempts.
             timeout: overrides the handler's timeout for this job.
+            unique_key: deduplicate: while a job holding this key has not ended (it is
+                waiting, ready, leased or running), enqueueing another job with the same
+                key writes nothing and returns the existing job's id. Once that job is
+                done, failed, cancelled or upstream_failed, the key is free again. Keys
+                are global to the queue, whatever the type. :meth:`enqueue_unique` also
+                tells whether the job is new.
             connection: enqueue inside the caller's transaction (a Connection or a
                 Session); readyq neither commits nor rolls it back.
 
@@ -421,12 +505,47 @@ class Queue:
         job = self._build(
             type, args, group=group, weight=weight, priority=priority, depends_on=depends_on,
             parent=parent, run_after=run_after, max_attempts=max_attempts, timeout=timeout,
-            is_container=False,
+            is_container=False, unique_key=unique_key,
         )
         job_id = self._store.enqueue(job, connection=self._connection(connection))
         if self._observers:
             self._observers.emit("on_enqueued", 1, type)
         return job_id
+
+    def enqueue_unique(
+        self,
+        type: str,
+        args: Any = None,
+        *,
+        unique_key: str,
+        group: str = DEFAULT_GROUP,
+        weight: int = 1,
+        priority: int = 0,
+        depends_on: Iterable[int | JobInfo] = (),
+        parent: int | JobInfo | None = None,
+        run_after: datetime | timedelta | float | None = None,
+        max_attempts: int | None = None,
+        timeout: float | timedelta | None = None,
+        connection: Connection | Session | None = None,
+    ) -> Enqueued:
+        """Add a job unless one holding ``unique_key`` has not ended; say which happened.
+
+        The same as :meth:`enqueue` with ``unique_key``, but returns
+        ``Enqueued(id, created)``: ``created`` is False when the id is that of an existing
+        job, in which case the other arguments were not used (nor checked against the
+        database: a missing dependency goes unnoticed) and nothing was written.
+
+        Example::
+
+            job_id, created = queue.enqueue_unique("report", {"day": day},
+                                                   unique_key=f"report:{day}")
+        """
+        job = self._build(
+            type, args, group=group, weight=weight, priority=priority, depends_on=depends_on,
+            parent=parent, run_after=run_after, max_attempts=max_attempts, timeout=timeout,
+            is_container=False, unique_key=_key(unique_key, "unique_key", InvalidUniqueKey),
+        )
+        return Enqueued(*self._store.enqueue_unique(job, connection=self._connection(connection)))
 
     def enqueue_container(
         self,
@@ -465,6 +584,12 @@ class Queue:
         container) and every single-job check raise a specific :class:`InvalidJob` and
         leave the database unchanged.
 
+        A job with a ``unique_key`` held by a job that has not ended is not added: its
+        place in the returned list holds the existing job's id, and jobs of the batch
+        that depend on it depend on the existing job. Two jobs of one batch with the
+        same unique key raise :class:`InvalidUniqueKey` (which of them should win is the
+        caller's decision, not readyq's), as does a unique key on a container.
+
         Example::
 
             ids = queue.enqueue_many([
@@ -476,6 +601,7 @@ class Queue:
         if len(specs) > MAX_BATCH:
             raise InvalidJobOption(f"a batch holds at most {MAX_BATCH} jobs, not {len(specs)}")
         keys: dict[str, int] = {}
+        unique_keys: dict[str, int] = {}
         for pos, spec in enumerate(specs):
             if not isinstance(spec, JobSpec):
                 raise InvalidJobOption(f"enqueue_many takes JobSpec items, not {spec!r}")
@@ -484,11 +610,24 @@ class Queue:
                 if spec.key in keys:
                     raise InvalidJobOption(f"key {spec.key!r} is used twice in the batch")
                 keys[spec.key] = pos
+            if spec.unique_key is not None:
+                _key(spec.unique_key, "unique_key", InvalidUniqueKey)
+                if spec.container:
+                    raise InvalidUniqueKey("a container cannot have a unique_key")
+                if spec.unique_key in unique_keys:
+                    first = unique_keys[spec.unique_key]
+                    raise InvalidUniqueKey(
+                        f"unique_key {spec.unique_key!r} is given to jobs #{first} and #{pos} "
+                        "of the batch"
+                    )
+                unique_keys[spec.unique_key] = pos
 
         def ref(value: Any, what: str) -> int:
             if isinstance(value, str):
                 if value not in keys:
-                    raise DependencyNotFound(f"{what} names key {value!r}, which is not in the batch")
+                    raise DependencyNotFound(
+                        f"{what} names key {value!r}, which is not in the batch"
+                    )
                 return keys[value]
             return -1
 
@@ -512,6 +651,7 @@ class Queue:
                     max_attempts=1 if spec.container else spec.max_attempts,
                     timeout=None if spec.container else spec.timeout,
                     is_container=spec.container,
+                    unique_key=spec.unique_key,
                 )
             )
         order = insertion_order(deps_in, parent_in, len(specs))

@@ -40,6 +40,44 @@ Key = sa.String(200).with_variant(
 )
 
 
+# A job holds its unique key while it has not ended. The predicate is SQL text so that
+# create_schema() and the migrations write the very same text (SQLite keeps it verbatim).
+NOT_ENDED = "state NOT IN ('done', 'failed', 'cancelled', 'upstream_failed')"
+# PostgreSQL and SQLite: a partial unique index over the keys of jobs that have not ended.
+LIVE_KEY_WHERE = f"unique_key IS NOT NULL AND {NOT_ENDED}"
+# MySQL and MariaDB have no partial indexes: a stored generated column equals the key
+# while the job has not ended and is NULL afterwards, and a unique index on it (which
+# admits any number of NULLs) does the same job.
+LIVE_KEY_EXPRESSION = f"CASE WHEN {NOT_ENDED} THEN unique_key END"
+MYSQL_DIALECTS = ("mysql", "mariadb")
+
+
+MAX_KEY_CHARS = 200
+
+
+def key_problem(value: object) -> str | None:
+    """Why ``value`` cannot be a key (job type, group, unique key, rate limit name), or
+    None if it can."""
+    if not isinstance(value, str) or not value or len(value) > MAX_KEY_CHARS:
+        return f"must be a non-empty string of at most {MAX_KEY_CHARS} characters"
+    if "\x00" in value:  # PostgreSQL text cannot hold NUL; refuse it on every database
+        return "must not contain NUL characters"
+    # MySQL/MariaDB collations are PAD SPACE ('a' = 'a '): a key with edge whitespace
+    # would match another key there and not elsewhere, so it is refused everywhere.
+    if value != value.strip():
+        return "must not start or end with whitespace"
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:  # lone surrogates: no database can store them
+        return "is not valid Unicode"
+    return None
+
+
+def live_key_index_name(prefix: str) -> str:
+    """The unique index over live keys; error translation matches on this name."""
+    return f"{prefix}jobs_live_unique_key_uq"
+
+
 def validate_prefix(prefix: str) -> str:
     """Return ``prefix`` if it is a safe identifier prefix, else raise InvalidTablePrefix."""
     # fullmatch: with match(), "$" also accepts a trailing newline ("jobs\n").
@@ -64,10 +102,17 @@ class Tables:
     deps: sa.Table
     groups: sa.Table
     gate: sa.Table
+    rate_limits: sa.Table
+    rate_slots: sa.Table
 
 
-def build_tables(prefix: str = DEFAULT_PREFIX) -> Tables:
-    """Build the table definitions for ``prefix`` (validated first)."""
+def build_tables(prefix: str = DEFAULT_PREFIX, dialect: str | None = None) -> Tables:
+    """Build the table definitions for ``prefix`` (validated first).
+
+    ``dialect`` is SQLAlchemy's dialect name. It matters for one thing: on ``mysql`` and
+    ``mariadb`` the jobs table has the generated column ``live_unique_key`` that stands in
+    for a partial index.
+    """
     validate_prefix(prefix)
     md = sa.MetaData(naming_convention=NAMING_CONVENTION)
     jobs = sa.Table(
@@ -105,7 +150,23 @@ def build_tables(prefix: str = DEFAULT_PREFIX) -> Tables:
         sa.Column("updated_at", Instant, nullable=False),
         sa.Column("started_at", Instant, nullable=True),
         sa.Column("finished_at", Instant, nullable=True),
+        # Deduplication key: at most one job that has not ended holds a given key.
+        sa.Column("unique_key", Key, nullable=True),
     )
+    if dialect in MYSQL_DIALECTS:
+        live = sa.Column(
+            "live_unique_key", Key, sa.Computed(LIVE_KEY_EXPRESSION, persisted=True)
+        )
+        jobs.append_column(live)
+        sa.Index(live_key_index_name(prefix), live, unique=True)
+    else:
+        sa.Index(
+            live_key_index_name(prefix),
+            jobs.c.unique_key,
+            unique=True,
+            postgresql_where=sa.text(LIVE_KEY_WHERE),
+            sqlite_where=sa.text(LIVE_KEY_WHERE),
+        )
     ready = jobs.c.state == "ready"
     sa.Index(
         None,
@@ -162,4 +223,30 @@ def build_tables(prefix: str = DEFAULT_PREFIX) -> Tables:
         sa.Column("vclock", sa.Double, nullable=False),
         sa.Column("seq", sa.BigInteger, nullable=False),
     )
-    return Tables(metadata=md, jobs=jobs, deps=deps, groups=groups, gate=gate)
+    # Rate limits shared by every worker: the definition, and a ring of ``capacity`` slots
+    # holding the instants of the latest starts (database clock). A start is allowed
+    # while some slot is older than ``period``; it then takes the oldest slot.
+    rate_limits = sa.Table(
+        f"{prefix}rate_limits",
+        md,
+        sa.Column("name", Key, primary_key=True),
+        sa.Column("capacity", sa.Integer, nullable=False),
+        sa.Column("period", sa.Double, nullable=False),
+    )
+    rate_slots = sa.Table(
+        f"{prefix}rate_slots",
+        md,
+        sa.Column("name", Key, primary_key=True),
+        sa.Column("slot", sa.Integer, primary_key=True, autoincrement=False),
+        sa.Column("started_at", Instant, nullable=False),
+    )
+    sa.Index(None, rate_slots.c.name, rate_slots.c.started_at)
+    return Tables(
+        metadata=md,
+        jobs=jobs,
+        deps=deps,
+        groups=groups,
+        gate=gate,
+        rate_limits=rate_limits,
+        rate_slots=rate_slots,
+    )

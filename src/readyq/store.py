@@ -21,6 +21,7 @@ from typing import Any, TypeVar
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
 
+from readyq import unique
 from readyq.dialects import ClaimRequest, Dialect, dialect_for
 from readyq.errors import (
     DependencyCycle,
@@ -43,6 +44,7 @@ from readyq.model import (
 from readyq.payload import decode
 from readyq.planning.backoff import retry_delay
 from readyq.planning.fair_share import GroupDemand, account, plan_claims
+from readyq.rates import RateLimit, open_budget
 from readyq.schema import GATE_ID, Tables, build_tables
 from readyq.sql.ready import claim_order, runnable
 
@@ -54,7 +56,7 @@ MAX_ERROR_CHARS = 8000
 # Columns a batch insert binds per row, and the ones every new job starts with.
 BULK_COLUMNS = (
     "type", "args", "state", "error", "is_container", "parent_id", "group_key", "weight",
-    "priority", "max_attempts", "timeout", "pending_deps", "open_children",
+    "priority", "max_attempts", "timeout", "pending_deps", "open_children", "unique_key",
 )
 BULK_CONSTANTS: dict[str, Any] = {
     "attempts": 0,
@@ -82,6 +84,7 @@ class NewJob:
     depends_on: tuple[int, ...] = ()
     parent: int | None = None
     is_container: bool = False
+    unique_key: str | None = None
 
 
 @dataclass(frozen=True)
@@ -196,7 +199,7 @@ class Store:
         owned: bool,
         tx_retries: int = DEFAULT_TX_RETRIES,
     ) -> None:
-        self.tables: Tables = build_tables(prefix)
+        self.tables: Tables = build_tables(prefix, engine.dialect.name)
         self._raw_engine = engine
         self._owned = owned
         self._engine: Engine | None = None
@@ -340,8 +343,24 @@ class Store:
     # -- enqueue ------------------------------------------------------------------------
 
     def enqueue(self, job: NewJob, *, connection: Connection | None = None) -> int:
+        if job.unique_key is not None:
+            return self.enqueue_unique(job, connection=connection)[0]
         return self.write(
             lambda conn: self._insert_job(conn, job),
+            connection=connection,
+            idempotent=False,
+            what="enqueue",
+        )
+
+    def enqueue_unique(
+        self, job: NewJob, *, connection: Connection | None = None
+    ) -> tuple[int, bool]:
+        """Insert a job with a unique key unless a job that has not ended holds the key.
+
+        Returns (id, created); see :mod:`readyq.unique`.
+        """
+        return self.write(
+            lambda conn: unique.enqueue_one(self, conn, job),
             connection=connection,
             idempotent=False,
             what="enqueue",
@@ -353,6 +372,16 @@ class Store:
         """Insert a batch in one transaction; returns the ids by batch position."""
         if not batch:
             return []
+        if any(b.job.unique_key is not None for b in batch):
+            return [
+                job_id
+                for job_id, _ in self.write(
+                    lambda conn: unique.enqueue_batch(self, conn, batch),
+                    connection=connection,
+                    idempotent=False,
+                    what="enqueue_many",
+                )
+            ]
         return self.write(
             lambda conn: self._insert_batch(conn, batch),
             connection=connection,
@@ -446,9 +475,11 @@ class Store:
             if b.job.is_container:
                 state = JobState.ACTIVE
             elif bad_out:
-                state, error = JobState.UPSTREAM_FAILED, f"dependency {bad_out[0]} ended {states[bad_out[0]]}"
+                state = JobState.UPSTREAM_FAILED
+                error = f"dependency {bad_out[0]} ended {states[bad_out[0]]}"
             elif bad_in:
-                state, error = JobState.UPSTREAM_FAILED, f"dependency #{bad_in[0]} of the batch ended upstream_failed"
+                state = JobState.UPSTREAM_FAILED
+                error = f"dependency #{bad_in[0]} of the batch ended upstream_failed"
             elif pending:
                 state = JobState.WAITING
             else:
@@ -484,7 +515,7 @@ class Store:
                     self._row_values(b.job, state, pending, error, parent_id, children[pos])
                 )
             new_ids = self._insert_rows(conn, rows_values, now)
-            for pos, new_id in zip(positions, new_ids):
+            for pos, new_id in zip(positions, new_ids, strict=True):
                 ids[pos] = new_id
         edges = [
             {"job_id": ids[pos], "depends_on_id": dep}
@@ -534,6 +565,7 @@ class Store:
             "timeout": job.timeout,
             "pending_deps": pending,
             "open_children": open_children,
+            "unique_key": job.unique_key,
             "run_after_at": job.run_after_at,
             "run_after_delay": job.run_after_delay,
             "finished_offset": 0.0 if state is JobState.UPSTREAM_FAILED else None,
@@ -759,6 +791,7 @@ class Store:
             "run_after": run_after,
             "created_at": now,
             "updated_at": now,
+            "unique_key": job.unique_key,
         }
         if state is JobState.UPSTREAM_FAILED:
             values["error"] = f"dependency {bad[0]} ended {states[bad[0]]}"
@@ -913,18 +946,21 @@ class Store:
         limit: int,
         ttl: float,
         types: Sequence[str] | None,
+        rate_limits: Mapping[str, RateLimit] | None = None,
     ) -> list[ClaimedJob]:
         """Lease runnable jobs under the global cap, shared between groups fairly.
 
         One transaction: lock the gate row (claims that decide the cap and the
         fair-share clock take turns), count what is in flight across every worker,
         plan per group, claim per group through the dialect, record the fair-share
-        progress.
+        progress. ``rate_limits`` maps job types to the limits on their starts (see
+        :mod:`readyq.rates`); ``types`` must then be given.
         """
         if cap <= 0 or limit <= 0:
             return []
         return self.write(
-            lambda conn: self._claim(conn, owner, cap, limit, ttl, types), what="claim"
+            lambda conn: self._claim(conn, owner, cap, limit, ttl, types, None, rate_limits),
+            what="claim",
         )
 
     def cycle(
@@ -937,6 +973,7 @@ class Store:
         ttl: float,
         types: Sequence[str] | None,
         start: Mapping[str, tuple[float | None, bool]] | None = None,
+        rate_limits: Mapping[str, RateLimit] | None = None,
     ) -> tuple[dict[int, bool], list[ClaimedJob]]:
         """Record outcomes, claim new jobs and start them: one transaction, one commit.
 
@@ -951,7 +988,9 @@ class Store:
             applied = self._finish(conn, owner, outcomes) if outcomes else {}
             claimed: list[ClaimedJob] = []
             if cap > 0 and limit > 0:
-                claimed = self._claim(conn, owner, cap, limit, ttl, types, start)
+                claimed = self._claim(
+                    conn, owner, cap, limit, ttl, types, start, rate_limits
+                )
             return applied, claimed
 
         if not outcomes and (cap <= 0 or limit <= 0):
@@ -967,6 +1006,7 @@ class Store:
         ttl: float,
         types: Sequence[str] | None,
         start: Mapping[str, tuple[float | None, bool]] | None = None,
+        rate_limits: Mapping[str, RateLimit] | None = None,
     ) -> list[ClaimedJob]:
         t = self.tables
         g = t.groups
@@ -985,7 +1025,8 @@ class Store:
             raise SchemaNotFound("the readyq gate row is missing: call Queue.create_schema()")
         now = self.now()
         history: dict[str, tuple[float, int]] | None = None
-        snapshot = d.claim_snapshot(conn, t, now, types, cap)
+        # Rate limits may narrow the types after the in-flight count: read step by step.
+        snapshot = None if rate_limits else d.claim_snapshot(conn, t, now, types, cap)
         if snapshot is not None:
             flight, ready, history = snapshot
         else:
@@ -993,6 +1034,12 @@ class Store:
         total_in_flight = sum(n for n, _ in flight.values())
         if cap - total_in_flight <= 0:
             return []
+        budget = open_budget(self, conn, rate_limits, types, min(limit, cap - total_in_flight))
+        if budget is not None:
+            types = budget.allowed(types or ())
+            if not types:
+                return []
+        claim = d.claim if budget is None else budget.claim
         if snapshot is None:
             # Runnable jobs per group, counted only up to the cap, for the groups a skip
             # scan of the ready index finds: the cost follows the number of groups, not
@@ -1005,7 +1052,7 @@ class Store:
             # the fair-share clocks as they are (a group that joins later starts level).
             (key,) = ready
             limit = min(limit, cap - total_in_flight)
-            return d.claim(
+            return claim(
                 conn,
                 t,
                 ClaimRequest(
@@ -1047,7 +1094,10 @@ class Store:
             )
             for key in dict.fromkeys(plan.picks)
         ]
-        claimed = d.claim_groups(conn, t, requests, now)
+        if budget is None:
+            claimed = d.claim_groups(conn, t, requests, now)
+        else:
+            claimed = [c for req in requests for c in budget.claim(conn, t, req, now)]
         if not claimed:
             return []
         counts: dict[str, int] = Counter(c.group for c in claimed)
@@ -1537,7 +1587,9 @@ class Store:
             return True
         if state == "active":
             children = conn.execute(
-                sa.select(j.c.id).where(j.c.parent_id == job_id, j.c.state.in_(UNFINISHED_STATES + ("active",)))
+                sa.select(j.c.id).where(
+                    j.c.parent_id == job_id, j.c.state.in_((*UNFINISHED_STATES, "active"))
+                )
             ).scalars().all()
             for child in children:
                 self._cancel(conn, int(child))
@@ -1651,4 +1703,5 @@ def info_from_row(row: Any, depends_on: tuple[int, ...]) -> JobInfo:
         started_at=from_epoch(row.started_at),
         finished_at=from_epoch(row.finished_at),
         lease_owner=row.lease_owner,
+        unique_key=row.unique_key,
     )

@@ -266,6 +266,11 @@ class Worker:
         self.handlers = handlers
         # The queue's observers, shared: one added to the queue later is seen here too.
         self.observers = queue._observers
+        # Job type -> the rate limit on its starts, shared through the database.
+        limits = queue.rate_limits
+        self.rate_limits = {
+            t: limits[name] for t in self.types if (name := handlers[t].rate_limit) is not None
+        }
         self.worker_id = worker_id or default_worker_id()
         self.stats = WorkerStats()
         self._running: dict[int, _Running] = {}
@@ -469,6 +474,7 @@ class Worker:
                 ttl=self.lease_ttl,
                 types=self.types,
                 start=self._start_policies,
+                rate_limits=self.rate_limits,
             )
         except BaseException:
             self._inbox.outcomes.extendleft(reversed(outcomes))

@@ -55,6 +55,21 @@ def test_migrate_is_idempotent_and_enqueue_prints_ids(cli: Run, db: str) -> None
         assert queue.get(later).run_after.year == 2031  # type: ignore[union-attr]
 
 
+def test_enqueue_with_a_unique_key_prints_the_job_that_holds_it(
+    migrated: Run, mq: readyq.Queue
+) -> None:
+    cli = migrated
+    first = cli("enqueue", "report", "--unique-key", "report:2030-01-01", "--json")
+    assert first.code == 0
+    assert first.json() == {"id": first.json()["id"], "state": "ready", "created": True}
+    again = cli("enqueue", "report", "--args", '{"n": 2}', "--unique-key", "report:2030-01-01")
+    assert again.code == 0 and int(again.out) == first.json()["id"]
+    assert cli("enqueue", "report", "--unique-key", "report:2030-01-01", "--json").json() == {
+        "id": first.json()["id"], "state": "ready", "created": False}
+    assert mq.counts() == {"ready": 1}
+    assert mq.get(first.json()["id"]).unique_key == "report:2030-01-01"
+
+
 def test_enqueue_and_migrate_mistakes_are_one_line_errors(
     migrated: Run, mq: readyq.Queue
 ) -> None:
@@ -67,6 +82,8 @@ def test_enqueue_and_migrate_mistakes_are_one_line_errors(
         ("enqueue", "x", "--container", "--priority", "3"): "cannot be used with --container",
         ("enqueue", "x", "--args", "NaN"): "JSON",
         ("enqueue", "x", "--max-attempts", "0"): "max_attempts",
+        ("enqueue", "x", "--unique-key", " padded"): "unique_key must not start or end",
+        ("enqueue", "x", "--container", "--unique-key", "k"): "cannot be used with --container",
         ("migrate", "--revision", "nope"): "Can't locate revision identified by 'nope'",
     }
     for argv, message in cases.items():

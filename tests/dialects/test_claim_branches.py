@@ -176,9 +176,13 @@ def test_sqlite_claim_transaction_begins_with_begin_immediate(
     queue.engine.dispose()
     claimed = _claim_one(queue)
     assert len(claimed) == 2
-    statements = [" ".join(s.split()).upper() for s in executed if not s.upper().startswith("PRAGMA")]
+    statements = [
+        " ".join(s.split()).upper() for s in executed if not s.upper().startswith("PRAGMA")
+    ]
     begin = statements.index("BEGIN IMMEDIATE")
-    claim = next(i for i, s in enumerate(statements) if s.startswith("UPDATE READYQ_JOBS SET STATE"))
+    claim = next(
+        i for i, s in enumerate(statements) if s.startswith("UPDATE READYQ_JOBS SET STATE")
+    )
     commit = statements.index("COMMIT", begin)
     assert begin < claim < commit
     between = statements[:claim]

@@ -8,8 +8,8 @@ import pytest
 import sqlalchemy as sa
 
 import readyq
-from readyq_test_support import run_until_idle
 from readyq import JobSpec, JobState
+from readyq_test_support import run_until_idle
 
 
 def _rows(queue: readyq.Queue) -> tuple[int, int]:

@@ -62,7 +62,9 @@ def test_cap_is_the_minimum_of_numbers_and_callables_read_each_time() -> None:
     assert [current_cap(limits) for _ in range(3)] == [5, 2, 5]
 
 
-def test_a_limit_that_raises_or_returns_garbage_counts_as_zero(caplog: pytest.LogCaptureFixture) -> None:
+def test_a_limit_that_raises_or_returns_garbage_counts_as_zero(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
     def broken() -> int:
         raise RuntimeError("gpu probe down")
 

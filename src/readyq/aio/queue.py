@@ -17,10 +17,11 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, AsyncSession, c
 
 from readyq.aio.store import AsyncStore
 from readyq.dialects import dialect_class
-from readyq.model import GroupStats, JobInfo
+from readyq.model import Enqueued, GroupStats, JobInfo
 from readyq.payload import DEFAULT_MAX_PAYLOAD_BYTES
 from readyq.planning.limits import Limits
 from readyq.queue import DEFAULT_MAX_ATTEMPTS, HandlerSpec, Queue
+from readyq.rates import RateLimit
 from readyq.schema import DEFAULT_PREFIX
 from readyq.wakeup import install_notify
 from readyq.worker import WorkerStats
@@ -148,6 +149,14 @@ class AsyncQueue:
     def handlers(self) -> dict[str, HandlerSpec]:
         return self._queue.handlers
 
+    def rate_limit(self, name: str, limit: int, *, per: float | timedelta) -> RateLimit:
+        """Define a rate limit (no I/O); see :meth:`readyq.Queue.rate_limit`."""
+        return self._queue.rate_limit(name, limit, per=per)
+
+    @property
+    def rate_limits(self) -> dict[str, RateLimit]:
+        return self._queue.rate_limits
+
     # -- jobs -----------------------------------------------------------------------------
 
     async def enqueue(self, *args: Any, connection: AsyncConnection | AsyncSession | None = None,
@@ -157,6 +166,15 @@ class AsyncQueue:
         if connection is not None:
             return await self._in(connection, self._queue.enqueue, *args, **kwargs)
         return await self._call(self._queue.enqueue, *args, **kwargs)
+
+    async def enqueue_unique(
+        self, *args: Any, connection: AsyncConnection | AsyncSession | None = None,
+        **kwargs: Any,
+    ) -> Enqueued:
+        """See :meth:`readyq.Queue.enqueue_unique`."""
+        if connection is not None:
+            return await self._in(connection, self._queue.enqueue_unique, *args, **kwargs)
+        return await self._call(self._queue.enqueue_unique, *args, **kwargs)
 
     async def enqueue_container(
         self, *args: Any, connection: AsyncConnection | AsyncSession | None = None, **kwargs: Any

@@ -129,6 +129,7 @@ class PostgresDialect(Dialect):
             "timeout": sa.Double,
             "pending_deps": sa.Integer,
             "open_children": sa.Integer,
+            "unique_key": sa.Text,
             "run_after_at": sa.Double,
             "run_after_delay": sa.Double,
             "finished_offset": sa.Double,

@@ -30,7 +30,7 @@ PREFIX_ATTRIBUTE = "readyq_prefix"
 #: The branch label of readyq's revisions (``alembic upgrade readyq@head``).
 BRANCH_LABEL = "readyq"
 #: The newest revision shipped with this version of readyq.
-HEAD_REVISION = "readyq_0001"
+HEAD_REVISION = "readyq_0002"
 
 _HERE = Path(__file__).resolve().parent
 
@@ -54,7 +54,9 @@ def readyq_table_names(prefix: str = DEFAULT_PREFIX) -> frozenset[str]:
     """Every table readyq creates for ``prefix``, its version table included."""
     validate_prefix(prefix)
     return frozenset(
-        f"{prefix}{name}" for name in ("jobs", "job_deps", "groups", "gate", "alembic_version")
+        f"{prefix}{name}" for name in (
+            "jobs", "job_deps", "groups", "gate", "rate_limits", "rate_slots", "alembic_version"
+        )
     )
 
 
