@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import socket
+import textwrap
 import threading
 from pathlib import Path
 from typing import Any
@@ -217,3 +218,31 @@ def test_unwrapped_driver_errors_are_classified_like_wrapped_ones() -> None:
 
     shutdown = psycopg.errors.AdminShutdown("terminating connection")
     assert is_raw_driver_error(shutdown) and PostgresDialect().is_retryable(shutdown)
+
+
+def test_the_cli_worker_waits_for_the_database_instead_of_failing(
+    db: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from readyq.cli import main
+
+    ids = prepare(db, 3)
+    name = f"readyq_down_app_{abs(hash(str(tmp_path))) % 10**8}"
+    (tmp_path / f"{name}.py").write_text(textwrap.dedent(f"""
+        import sqlalchemy as sa
+        import readyq
+        from test_database_unreachable import FirstConnectionsFail
+
+        engine = sa.create_engine({db!r}, poolclass=sa.NullPool)
+        fault = FirstConnectionsFail(engine, 2, __import__("pathlib").Path({str(tmp_path)!r}))
+        queue = readyq.Queue(engine)
+        queue.handler("t")(lambda job: None)
+    """))
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend(str(Path(__file__).parent))
+    code = main(["worker", "--app", f"{name}:queue", "--until-idle", "--poll-interval", "0.05",
+                 "--heartbeat-interval", "1", "--lease-ttl", "5", "--json"])
+    err = capsys.readouterr().err
+    assert code == 0, err
+    assert "the database is not reachable yet" in err and "keeps trying" in err
+    check_done(db, ids)
