@@ -29,6 +29,7 @@ from readyq.model import Job, JobInfo
 from readyq.payload import DEFAULT_MAX_PAYLOAD_BYTES, encode
 from readyq.planning.backoff import DEFAULT_RETRY_BASE, DEFAULT_RETRY_MAX
 from readyq.schema import DEFAULT_PREFIX, validate_prefix
+from readyq.sessions import DEFAULT_IDLE_TRANSACTION_TIMEOUT, install_session_timeouts
 from readyq.planning.dag import insertion_order
 from readyq.store import BatchJob, NewJob, Store
 
@@ -92,6 +93,14 @@ def _seconds(value: float | timedelta | None, what: str, *, allow_zero: bool = F
     return seconds
 
 
+def _duration(value: float | timedelta | None, what: str) -> float | None:
+    """A positive duration option of a queue, or None."""
+    try:
+        return _seconds(value, what)
+    except InvalidJobOption as exc:
+        raise ConfigurationError(str(exc)) from None
+
+
 def _key(value: Any, what: str) -> str:
     if not isinstance(value, str) or not value or len(value) > MAX_KEY_CHARS:
         raise InvalidJobOption(f"{what} must be a non-empty string of at most {MAX_KEY_CHARS} characters, not {value!r}")
@@ -126,6 +135,13 @@ class Queue:
             ``jobs`` table. Must match ``^[A-Za-z_][A-Za-z0-9_]{0,30}$``.
         max_payload_bytes: largest args or result accepted, as UTF-8 JSON (1 MiB).
         default_max_attempts: attempts for jobs whose type sets none (3).
+        idle_transaction_timeout: seconds (or timedelta) a session of the engine readyq
+            creates from ``url`` may sit idle inside a transaction before the server
+            ends it (PostgreSQL, MariaDB; 60 by default, None to leave the server's
+            setting). It frees the claim lock of a worker frozen inside its claim, which
+            would otherwise stall every other worker; it applies to transactions run on
+            ``Queue.engine`` too. Not applied to an engine passed in (see
+            :mod:`readyq.sessions`).
 
     Example::
 
@@ -150,8 +166,10 @@ class Queue:
         default_max_attempts: int = DEFAULT_MAX_ATTEMPTS,
         engine_options: dict[str, Any] | None = None,
         listen: bool | None = None,
+        idle_transaction_timeout: float | timedelta | None = DEFAULT_IDLE_TRANSACTION_TIMEOUT,
     ) -> None:
         validate_prefix(prefix)
+        idle_timeout = _duration(idle_transaction_timeout, "idle_transaction_timeout")
         if isinstance(max_payload_bytes, bool) or not isinstance(max_payload_bytes, int) or max_payload_bytes <= 0:
             raise ConfigurationError(f"max_payload_bytes must be a positive int, not {max_payload_bytes!r}")
         if isinstance(default_max_attempts, bool) or not isinstance(default_max_attempts, int) or default_max_attempts < 1:
@@ -163,6 +181,7 @@ class Queue:
             options = dict(dialect_class(parsed.get_backend_name()).engine_options())
             options.update(engine_options or {})
             engine, owned = sa.create_engine(parsed, **options), True
+            install_session_timeouts(engine, idle_timeout)
         self.prefix = prefix
         self.max_payload_bytes = max_payload_bytes
         self.default_max_attempts = default_max_attempts
