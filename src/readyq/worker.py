@@ -305,17 +305,30 @@ class Worker:
         from readyq.wakeup import start_listener
 
         self._listener = None
-        listen_pending = True
+        listen_at: float | None = 0.0  # when to (re)try setting up LISTEN; None: done
+        listen_backoff = 0.0
         while not self._stop.is_set():
             try:
                 if not self._connected:
                     self._connect()
-                if listen_pending:
+                if listen_at is not None and time.monotonic() >= listen_at:
                     # After connecting: the listener needs the dialect and reads its
                     # channel's name from the database. Once started, its connection
-                    # reconnects by itself; polling covers for it meanwhile.
-                    start_listener(self)
-                    listen_pending = False
+                    # reconnects by itself. Until then, and if it cannot be set up at
+                    # all, polling does the work.
+                    try:
+                        start_listener(self)
+                        listen_at = None
+                    except Exception as exc:
+                        if is_transient(exc):
+                            listen_backoff = next_backoff(listen_backoff)
+                            listen_at = time.monotonic() + listen_backoff
+                            retry = f"retrying in {listen_backoff:.1f}s"
+                        else:
+                            listen_at = None
+                            retry = "polling only"
+                        log.warning("worker %s: LISTEN set-up failed (%s); %s",
+                                    self.worker_id, describe(exc), retry)
                 tick = self.run_once()
                 idle = until_idle and self._idle(tick)
             except Exception as exc:

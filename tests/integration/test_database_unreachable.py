@@ -14,6 +14,7 @@ import logging
 import socket
 import textwrap
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -41,9 +42,11 @@ def closed_port() -> int:
 
 
 class FirstConnectionsFail:
-    """Send an engine's first ``n`` connection attempts where nothing answers."""
+    """Send an engine's first ``n`` connection attempts (after ``skip`` that succeed)
+    where nothing answers."""
 
-    def __init__(self, engine: sa.Engine, n: int, tmp_path: Path) -> None:
+    def __init__(self, engine: sa.Engine, n: int, tmp_path: Path, *, skip: int = 0) -> None:
+        self.skip = skip
         self.left = n
         self.failed = 0
         self.port = closed_port()
@@ -53,6 +56,9 @@ class FirstConnectionsFail:
 
     def __call__(self, dialect: Any, rec: Any, cargs: list[Any], cparams: dict[str, Any]) -> None:
         with self._lock:
+            if self.skip > 0:
+                self.skip -= 1
+                return
             if self.left <= 0:
                 return
             self.left -= 1
@@ -191,6 +197,40 @@ def test_a_listener_that_cannot_connect_leaves_the_worker_polling(
     assert stats.done == 3
     assert w._listener is not None and w._listener.connections == 0
     assert "polling, reconnecting" in caplog.text
+    check_done(db, ids)
+
+
+def test_a_failed_listen_set_up_leaves_the_worker_polling_and_is_tried_again(
+    db: str, dialect_name: str, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    if dialect_name != "postgresql":
+        pytest.skip("LISTEN/NOTIFY is PostgreSQL's")
+    ids = prepare(db, 3)
+    engine = sa.create_engine(db, poolclass=sa.NullPool)
+    # The first connection detects the server; the next two (the LISTEN set-up reads
+    # its channel's name) fail.
+    fault = FirstConnectionsFail(engine, 2, tmp_path, skip=1)
+    q = readyq.Queue(engine)
+    q.handler("t")(lambda job: None)
+    caplog.set_level(logging.WARNING, logger="readyq.worker")
+    w = q.worker(**OPTIONS)
+    thread = threading.Thread(target=w.run, kwargs={"handle_signals": False})
+    thread.start()
+    try:
+        listener = None
+        for _ in range(200):
+            listener = w._listener
+            if listener is not None and listener.listening.wait(0.05):
+                break
+            time.sleep(0.05)
+        assert listener is not None and listener.listening.is_set()
+        assert fault.failed == 2
+        assert "LISTEN set-up failed" in caplog.text and "retrying in" in caplog.text
+    finally:
+        w.stop()
+        thread.join(10)
+        engine.dispose()
+    assert w.stats.done == 3
     check_done(db, ids)
 
 
