@@ -582,9 +582,24 @@ def cmd_worker(args: argparse.Namespace) -> int:
         types=args.types,
         worker_id=args.worker_id,
     )
-    admin.check_schema(queue)  # connects: a wrong URL or missing tables fail here, once
+    from readyq.transient import describe, is_transient
+
+    try:
+        admin.check_schema(queue)  # connects: missing tables fail here, once
+        database = queue.database
+    except Exception as exc:
+        # A database that is down (or still starting) is waited for: the worker backs
+        # off and starts once it answers; missing tables are reported then.
+        if not is_transient(exc):
+            raise
+        database = queue._store._raw_engine.dialect.name
+        print(
+            f"readyq: note: the database is not reachable yet ({describe(exc)}); the "
+            "worker keeps trying",
+            file=sys.stderr,
+        )
     print(
-        f"readyq worker {worker.worker_id} on {queue.database} (prefix {queue.prefix}): "
+        f"readyq worker {worker.worker_id} on {database} (prefix {queue.prefix}): "
         f"types {', '.join(worker.types)}, cap {args.concurrency}"
         + ("" if args.until_idle else "; Ctrl-C to stop"),
         file=sys.stderr,

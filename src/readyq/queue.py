@@ -36,6 +36,7 @@ from readyq.planning.dag import insertion_order
 from readyq.planning.limits import Limits
 from readyq.rates import RateLimit
 from readyq.schema import DEFAULT_PREFIX, key_problem, validate_prefix
+from readyq.sessions import DEFAULT_IDLE_TRANSACTION_TIMEOUT, install_session_timeouts
 from readyq.store import BatchJob, NewJob, Store
 
 DEFAULT_URL = "sqlite:///readyq.db"
@@ -104,6 +105,14 @@ def _seconds(
     return seconds
 
 
+def _duration(value: float | timedelta | None, what: str) -> float | None:
+    """A positive duration option of a queue, or None."""
+    try:
+        return _seconds(value, what)
+    except InvalidJobOption as exc:
+        raise ConfigurationError(str(exc)) from None
+
+
 def _key(value: Any, what: str, error: type[InvalidJobOption] = InvalidJobOption) -> str:
     problem = key_problem(value)
     if problem is not None:
@@ -131,6 +140,13 @@ class Queue:
         default_max_attempts: attempts for jobs whose type sets none (3).
         observers: metrics hooks (see :mod:`readyq.metrics`), called on enqueue and by
             every worker of this queue.
+        idle_transaction_timeout: seconds (or timedelta) a session of the engine readyq
+            creates from ``url`` may sit idle inside a transaction before the server
+            ends it (PostgreSQL, MariaDB; 60 by default, None to leave the server's
+            setting). It frees the claim lock of a worker frozen inside its claim, which
+            would otherwise stall every other worker; it applies to transactions run on
+            ``Queue.engine`` too. Not applied to an engine passed in (see
+            :mod:`readyq.sessions`).
 
     Example::
 
@@ -156,8 +172,10 @@ class Queue:
         engine_options: dict[str, Any] | None = None,
         listen: bool | None = None,
         observers: Iterable[Any] = (),
+        idle_transaction_timeout: float | timedelta | None = DEFAULT_IDLE_TRANSACTION_TIMEOUT,
     ) -> None:
         validate_prefix(prefix)
+        idle_timeout = _duration(idle_transaction_timeout, "idle_transaction_timeout")
         if (
             isinstance(max_payload_bytes, bool)
             or not isinstance(max_payload_bytes, int)
@@ -181,6 +199,7 @@ class Queue:
             options = dict(dialect_class(parsed.get_backend_name()).engine_options())
             options.update(engine_options or {})
             engine, owned = sa.create_engine(parsed, **options), True
+            install_session_timeouts(engine, idle_timeout)
         self.prefix = prefix
         self.max_payload_bytes = max_payload_bytes
         self.default_max_attempts = default_max_attempts

@@ -9,6 +9,7 @@ fence no longer matches changes nothing and is reported back as lost.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import random
 import threading
@@ -47,6 +48,7 @@ from readyq.planning.fair_share import GroupDemand, account, plan_claims
 from readyq.rates import RateLimit, open_budget
 from readyq.schema import GATE_ID, Tables, build_tables
 from readyq.sql.ready import claim_order, runnable
+from readyq.transient import is_raw_driver_error
 
 log = logging.getLogger("readyq.store")
 
@@ -172,14 +174,32 @@ def retry_pause(
     *,
     committing: bool = False,
     idempotent: bool = True,
+    connected: bool = True,
 ) -> float | None:
     """Seconds to wait before running a failed unit again, or None to raise.
 
     Shared by the sync and asyncio stores, so both retry the same errors the same way.
+    A driver or OS error that SQLAlchemy did not wrap (see :mod:`readyq.transient`) counts
+    as a lost connection once the unit had a connection (``connected``); failing to
+    connect at all is raised at once, for the caller to wait out (a worker backs off).
     """
-    if not dialect.is_retryable(exc) or attempt > tx_retries or (committing and not idempotent):
+    retryable = connected if is_raw_driver_error(exc) else dialect.is_retryable(exc)
+    if not retryable or attempt > tx_retries or (committing and not idempotent):
         return None
     return float(min(2.0, 0.005 * (2 ** min(attempt, 9))) * (0.5 + random.random()))
+
+
+def _database_error(exc: BaseException) -> bool:
+    """An error from the database or its driver, wrapped by SQLAlchemy or not."""
+    return isinstance(exc, sa.exc.DBAPIError) or is_raw_driver_error(exc)
+
+
+def _discard_if_broken(conn: Connection, exc: Exception) -> None:
+    """After an error SQLAlchemy did not wrap, the connection's state is unknown:
+    invalidate it so that the pool never hands it out again."""
+    if is_raw_driver_error(exc):
+        with contextlib.suppress(Exception):
+            conn.invalidate(exc)
 
 
 def _truncate(text: str | None) -> str | None:
@@ -249,7 +269,7 @@ class Store:
             self._now = self.dialect.now() + offset
         return self._now
 
-    def _translate(self, exc: sa.exc.DBAPIError) -> None:
+    def _translate(self, exc: BaseException) -> None:
         if self.dialect.is_missing_table(exc):
             raise SchemaNotFound(
                 f"readyq tables with prefix {self.tables.jobs.name[:-4]!r} are missing: "
@@ -280,19 +300,27 @@ class Store:
         attempt = 0
         while True:
             committing = False
+            connected = False
             try:
                 with engine.connect() as conn:
-                    dialect.begin_write(conn)
-                    out = unit(conn)
-                    committing = True
-                    conn.commit()
-                    return out
-            except sa.exc.DBAPIError as exc:
+                    connected = True
+                    try:
+                        dialect.begin_write(conn)
+                        out = unit(conn)
+                        committing = True
+                        conn.commit()
+                        return out
+                    except Exception as exc:
+                        _discard_if_broken(conn, exc)
+                        raise
+            except Exception as exc:
+                if not _database_error(exc):
+                    raise
                 self._translate(exc)
                 attempt += 1
                 delay = retry_pause(
                     dialect, exc, attempt, self.tx_retries,
-                    committing=committing, idempotent=idempotent,
+                    committing=committing, idempotent=idempotent, connected=connected,
                 )
                 if delay is None:
                     raise
@@ -305,15 +333,23 @@ class Store:
         engine, dialect = self._ensure()
         attempt = 0
         while True:
+            connected = False
             try:
                 with engine.connect() as conn:
-                    out = unit(conn)
-                    conn.rollback()
-                    return out
-            except sa.exc.DBAPIError as exc:
+                    connected = True
+                    try:
+                        out = unit(conn)
+                        conn.rollback()
+                        return out
+                    except Exception as exc:
+                        _discard_if_broken(conn, exc)
+                        raise
+            except Exception as exc:
+                if not _database_error(exc):
+                    raise
                 self._translate(exc)
                 attempt += 1
-                delay = retry_pause(dialect, exc, attempt, self.tx_retries)
+                delay = retry_pause(dialect, exc, attempt, self.tx_retries, connected=connected)
                 if delay is None:
                     raise
                 time.sleep(delay)

@@ -25,8 +25,6 @@ from dataclasses import asdict, dataclass, field
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
-import sqlalchemy as sa
-
 from readyq.errors import ConfigurationError, InvalidJob, LeaseLost
 from readyq.handlers import dump_result, parse_args
 from readyq.metrics import FINISHED_STATES
@@ -36,6 +34,7 @@ from readyq.planning.backoff import retry_delay
 from readyq.planning.limits import Limits, current_cap, normalize
 from readyq.store import Lease, Outcome
 from readyq.tracing import attempt_span, mark_failed
+from readyq.transient import BACKOFF_MAX, describe, is_transient, next_backoff
 
 if TYPE_CHECKING:
     from readyq.queue import HandlerSpec, Queue
@@ -279,6 +278,12 @@ class Worker:
         self._last_heartbeat = time.monotonic()
         self._last_reclaim = 0.0
         self._pool = _HandlerPool()
+        # Database reachability: connected once (dialect known), and the outage under way.
+        self._connected = False
+        self._outage_since: float | None = None
+        self._outage_failures = 0
+        self._backoff = 0.0
+        self._listener: Any = None
         # How long finished attempts may wait for others to finish, so that they are
         # recorded together in one transaction.
         self.linger = min(FLUSH_LINGER, self.poll_interval)
@@ -314,38 +319,16 @@ class Worker:
         log.info("worker %s started (types: %s)", self.worker_id, ", ".join(self.types),
                  extra={"event": "worker_started", "worker_id": self.worker_id,
                         "job_types": list(self.types)})
-        backoff = 0.0
         previous = self._install_signals() if handle_signals else {}
-        from readyq.wakeup import start_listener
-
-        listener = start_listener(self)
         try:
-            while not self._stop.is_set():
-                try:
-                    tick = self.run_once()
-                    backoff = 0.0
-                except sa.exc.DBAPIError as exc:
-                    self.stats.db_errors += 1
-                    backoff = min(max(backoff * 2, 0.1), 5.0)
-                    log.warning(
-                        "worker %s: database error, retrying in %.1fs: %s",
-                        self.worker_id,
-                        backoff,
-                        exc.__class__.__name__,
-                        extra={"event": "database_error", "worker_id": self.worker_id,
-                               "error_type": exc.__class__.__name__, "retry_in": backoff},
-                    )
-                    self._stop.wait(backoff)
-                    continue
-                if until_idle and self._idle(tick):
-                    break
-                self._sleep(tick)
+            self._run_ticks(until_idle)
             self._drain()
         except KeyboardInterrupt:
             log.info("worker %s interrupted", self.worker_id,
                      extra={"event": "worker_interrupted", "worker_id": self.worker_id})
             self._stop.set()
         finally:
+            listener = getattr(self, "_listener", None)
             if listener is not None:
                 listener.stop()
             try:
@@ -357,6 +340,95 @@ class Worker:
                  extra={"event": "worker_stopped", "worker_id": self.worker_id,
                         "stats": asdict(self.stats)})
         return self.stats
+
+    def _run_ticks(self, until_idle: bool) -> None:
+        """Tick until stopped. The database may be unreachable at any moment, start-up
+        included: the loop then backs off and tries again (see ``_outage``)."""
+        from readyq.wakeup import start_listener
+
+        self._listener = None
+        listen_at: float | None = 0.0  # when to (re)try setting up LISTEN; None: done
+        listen_backoff = 0.0
+        while not self._stop.is_set():
+            try:
+                if not self._connected:
+                    self._connect()
+                if listen_at is not None and time.monotonic() >= listen_at:
+                    # After connecting: the listener needs the dialect and reads its
+                    # channel's name from the database. Once started, its connection
+                    # reconnects by itself. Until then, and if it cannot be set up at
+                    # all, polling does the work.
+                    try:
+                        start_listener(self)
+                        listen_at = None
+                    except Exception as exc:
+                        if is_transient(exc):
+                            listen_backoff = next_backoff(listen_backoff)
+                            listen_at = time.monotonic() + listen_backoff
+                            retry = f"retrying in {listen_backoff:.1f}s"
+                        else:
+                            listen_at = None
+                            retry = "polling only"
+                        log.warning("worker %s: LISTEN set-up failed (%s); %s",
+                                    self.worker_id, describe(exc), retry)
+                tick = self.run_once()
+                idle = until_idle and self._idle(tick)
+            except Exception as exc:
+                if not is_transient(exc):
+                    raise
+                self._stop.wait(self._outage(exc))
+                continue
+            self._recovered()
+            if idle:
+                break
+            self._sleep(tick)
+
+    def _connect(self) -> None:
+        """Reach the database once: detect its dialect and check its version."""
+        self.store.dialect  # noqa: B018 - connects on first use
+        self._connected = True
+        log.info("worker %s connected to %s", self.worker_id, self.store.dialect.name)
+
+    def _outage(self, exc: BaseException) -> float:
+        """Count and log a failed tick; return how long to wait before the next try.
+
+        The wait doubles from 0.1 s up to 5 s, but never exceeds the heartbeat interval
+        while jobs run here, so that their leases are extended as soon as the database
+        answers again.
+        """
+        self.stats.db_errors += 1
+        if self._outage_since is None:
+            self._outage_since = time.monotonic()
+            self._outage_failures = 0
+        self._outage_failures += 1
+        ceiling = BACKOFF_MAX
+        if self._running:
+            ceiling = min(ceiling, self.heartbeat_interval)
+        self._backoff = next_backoff(self._backoff, ceiling)
+        if not self._connected:
+            what = "cannot reach the database yet"
+        elif self._outage_failures == 1:
+            what = "database unavailable"
+        else:
+            what = "database still unavailable"
+        log.warning(
+            "worker %s: %s (%s); retrying in %.1fs",
+            self.worker_id, what, describe(exc), self._backoff,
+            extra={"event": "database_error", "worker_id": self.worker_id,
+                   "error_type": exc.__class__.__name__, "retry_in": self._backoff},
+        )
+        return self._backoff
+
+    def _recovered(self) -> None:
+        if self._outage_since is None:
+            return
+        log.warning(
+            "worker %s: database available again after %.1fs (%d failed attempt(s))",
+            self.worker_id, time.monotonic() - self._outage_since, self._outage_failures,
+        )
+        self._outage_since = None
+        self._outage_failures = 0
+        self._backoff = 0.0
 
     def _install_signals(self) -> dict[int, Any]:
         if threading.current_thread() is not threading.main_thread():
@@ -380,23 +452,18 @@ class Worker:
                      self.worker_id, len(self._running),
                      max(0.0, self._grace_until - time.monotonic()),
                      extra={"event": "worker_stopping", "worker_id": self.worker_id})
-        backoff = 0.0
         while self._running or self._inbox.outcomes:
             left = self._grace_until - time.monotonic()
             if left <= 0:
                 return
             try:
                 self.run_once()
-                backoff = 0.0
-            except sa.exc.DBAPIError as exc:
-                self.stats.db_errors += 1
-                backoff = min(max(backoff * 2, 0.1), 5.0)
-                log.warning("worker %s: database error while stopping: %s", self.worker_id,
-                            exc.__class__.__name__,
-                            extra={"event": "database_error", "worker_id": self.worker_id,
-                                   "error_type": exc.__class__.__name__})
-                time.sleep(min(backoff, left))
+            except Exception as exc:
+                if not is_transient(exc):
+                    raise
+                time.sleep(min(self._outage(exc), left))
                 continue
+            self._recovered()
             if self._running and not self._inbox.outcomes:
                 self._inbox.wake.wait(min(self._wait_time(), left))
                 self._inbox.wake.clear()
@@ -674,8 +741,10 @@ class Worker:
                          extra={"event": "jobs_handed_back", "worker_id": self.worker_id,
                                 "job_ids": sorted(e.claimed.id for e in self._running.values())})
                 self._running.clear()
-        except sa.exc.DBAPIError as exc:
+        except Exception as exc:
+            if not is_transient(exc):
+                raise
             log.warning("worker %s could not hand back its jobs (%s); their leases will "
-                        "expire", self.worker_id, exc.__class__.__name__,
+                        "expire", self.worker_id, describe(exc),
                         extra={"event": "database_error", "worker_id": self.worker_id,
                                "error_type": exc.__class__.__name__})

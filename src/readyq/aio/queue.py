@@ -20,9 +20,10 @@ from readyq.dialects import dialect_class
 from readyq.model import Enqueued, GroupStats, JobInfo
 from readyq.payload import DEFAULT_MAX_PAYLOAD_BYTES
 from readyq.planning.limits import Limits
-from readyq.queue import DEFAULT_MAX_ATTEMPTS, HandlerSpec, Queue
+from readyq.queue import DEFAULT_MAX_ATTEMPTS, HandlerSpec, Queue, _duration
 from readyq.rates import RateLimit
 from readyq.schema import DEFAULT_PREFIX
+from readyq.sessions import DEFAULT_IDLE_TRANSACTION_TIMEOUT, install_session_timeouts
 from readyq.wakeup import install_notify
 from readyq.worker import WorkerStats
 
@@ -47,7 +48,9 @@ class AsyncQueue:
         engine_options: dict[str, Any] | None = None,
         listen: bool | None = None,
         observers: Iterable[Any] = (),
+        idle_transaction_timeout: float | timedelta | None = DEFAULT_IDLE_TRANSACTION_TIMEOUT,
     ) -> None:
+        idle_timeout = _duration(idle_transaction_timeout, "idle_transaction_timeout")
         if isinstance(url, AsyncEngine):
             engine, owned = url, False
         else:
@@ -55,6 +58,7 @@ class AsyncQueue:
             options = dict(dialect_class(parsed.get_backend_name()).engine_options())
             options.update(engine_options or {})
             engine, owned = create_async_engine(parsed, **options), True
+            install_session_timeouts(engine.sync_engine, idle_timeout)
         self.async_engine = engine
         self._owned = owned
         # Validation and handlers only: its store is replaced by the async one below.

@@ -10,21 +10,30 @@ compose units, e.g. a reclaim's read then write) run unchanged in a greenlet who
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-import sqlalchemy as sa
 from sqlalchemy.engine import Connection
-from sqlalchemy.ext.asyncio import AsyncEngine
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from sqlalchemy.util.concurrency import await_only, greenlet_spawn
 
 from readyq.dialects import Dialect, dialect_from_connection
-from readyq.store import DEFAULT_TX_RETRIES, Store, retry_pause
+from readyq.store import DEFAULT_TX_RETRIES, Store, _database_error, retry_pause
+from readyq.transient import is_raw_driver_error
 
 log = logging.getLogger("readyq.store")
 
 T = TypeVar("T")
+
+
+async def _discard_if_broken(aconn: AsyncConnection, exc: Exception) -> None:
+    """Invalidate a connection after an error SQLAlchemy did not wrap (its state is
+    unknown), so that the pool never hands it out again."""
+    if is_raw_driver_error(exc):
+        with contextlib.suppress(Exception):
+            await aconn.invalidate(exc)
 
 
 class _BoundStore(Store):
@@ -98,18 +107,27 @@ class AsyncStore:
         attempt = 0
         while True:
             committing = False
+            connected = False
             try:
                 async with self._engine.connect() as aconn:
-                    await aconn.run_sync(dialect.begin_write)
-                    out = await aconn.run_sync(unit)
-                    committing = True
-                    await aconn.commit()
-                    return out
-            except sa.exc.DBAPIError as exc:
+                    connected = True
+                    try:
+                        await aconn.run_sync(dialect.begin_write)
+                        out = await aconn.run_sync(unit)
+                        committing = True
+                        await aconn.commit()
+                        return out
+                    except Exception as exc:
+                        await _discard_if_broken(aconn, exc)
+                        raise
+            except Exception as exc:
+                if not _database_error(exc):
+                    raise
                 self.sync._translate(exc)
                 attempt += 1
                 delay = retry_pause(dialect, exc, attempt, self.sync.tx_retries,
-                                    committing=committing, idempotent=idempotent)
+                                    committing=committing, idempotent=idempotent,
+                                    connected=connected)
                 if delay is None:
                     raise
                 log.debug("%s: retrying after %s (attempt %d)", what,
@@ -122,15 +140,24 @@ class AsyncStore:
         assert self._engine is not None
         attempt = 0
         while True:
+            connected = False
             try:
                 async with self._engine.connect() as aconn:
-                    out = await aconn.run_sync(unit)
-                    await aconn.rollback()
-                    return out
-            except sa.exc.DBAPIError as exc:
+                    connected = True
+                    try:
+                        out = await aconn.run_sync(unit)
+                        await aconn.rollback()
+                        return out
+                    except Exception as exc:
+                        await _discard_if_broken(aconn, exc)
+                        raise
+            except Exception as exc:
+                if not _database_error(exc):
+                    raise
                 self.sync._translate(exc)
                 attempt += 1
-                delay = retry_pause(dialect, exc, attempt, self.sync.tx_retries)
+                delay = retry_pause(dialect, exc, attempt, self.sync.tx_retries,
+                                    connected=connected)
                 if delay is None:
                     raise
                 await asyncio.sleep(delay)

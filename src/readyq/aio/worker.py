@@ -101,13 +101,18 @@ class AsyncWorker(Worker):
         self, *, until_idle: bool = False, handle_signals: bool = True
     ) -> WorkerStats:
         """Loop until ``stop()`` (or idle, with ``until_idle``); see ``Worker.run``."""
-        await self.async_queue._astore.ensure()
         self._loop = asyncio.get_running_loop()
         self._stop = _LoopEvent(self._loop)  # type: ignore[assignment]
         self._inbox.wake = _LoopEvent(self._loop)  # type: ignore[assignment]
         self._pool = _Launcher(self)  # type: ignore[assignment]
         return await greenlet_spawn(Worker.run, self, until_idle=until_idle,
                                     handle_signals=handle_signals)
+
+    def _connect(self) -> None:
+        """Reach the database (in the loop's greenlet): the async store detects the
+        dialect; until then the loop backs off like after any other outage."""
+        await_only(self.async_queue._astore.ensure())
+        super()._connect()
 
     async def _aexecute(self, entry: _Running) -> None:
         """The async twin of ``Worker._execute``: same span, validation and outcomes."""

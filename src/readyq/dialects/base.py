@@ -304,8 +304,7 @@ class Dialect(ABC):
     # -- errors -------------------------------------------------------------------------
 
     def error_code(self, exc: BaseException) -> object:
-        orig = getattr(exc, "orig", None)
-        return getattr(orig, "sqlstate", None)
+        return getattr(driver_error(exc), "sqlstate", None)
 
     def is_retryable(self, exc: BaseException) -> bool:
         """True for errors after which the whole transaction may simply be run again."""
@@ -318,6 +317,16 @@ class Dialect(ABC):
 
     def is_missing_table(self, exc: BaseException) -> bool:
         return self.error_code(exc) in self.missing_table_codes
+
+
+def driver_error(exc: BaseException) -> BaseException | None:
+    """The driver's exception behind ``exc``: the one SQLAlchemy wrapped, or ``exc``
+    itself when it reached readyq unwrapped (see :mod:`readyq.transient`)."""
+    if isinstance(exc, sa.exc.DBAPIError):
+        return exc.orig
+    if isinstance(exc, sa.exc.SQLAlchemyError):
+        return None
+    return exc
 
 
 def done_values(now: sa.ColumnElement[float], result: Any) -> dict[str, Any]:

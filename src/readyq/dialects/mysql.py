@@ -37,6 +37,7 @@ from readyq.dialects.base import (
     claim_columns,
     claimed_from_row,
     done_values,
+    driver_error,
     lease_values,
 )
 from readyq.errors import UnsupportedDatabase
@@ -100,8 +101,7 @@ class MySQLDialect(Dialect):
         check_version(self.is_mariadb, self.server_version)
 
     def error_code(self, exc: BaseException) -> object:
-        orig = getattr(exc, "orig", None)
-        args = getattr(orig, "args", ())
+        args = getattr(driver_error(exc), "args", ())
         return args[0] if args and isinstance(args[0], int) else None
 
     def ready_groups(self, conn: Connection, t: Tables) -> list[str]:

@@ -39,6 +39,7 @@ from readyq.dialects.base import (
     claim_columns,
     claimed_from_row,
     done_values,
+    driver_error,
     lease_values,
 )
 from readyq.errors import UnsupportedDatabase
@@ -94,8 +95,7 @@ class SQLiteDialect(Dialect):
         return (sa.func.julianday("now") - 2440587.5) * 86400.0
 
     def error_code(self, exc: BaseException) -> object:
-        orig = getattr(exc, "orig", None)
-        return getattr(orig, "sqlite_errorname", None)
+        return getattr(driver_error(exc), "sqlite_errorname", None)
 
     def is_retryable(self, exc: BaseException) -> bool:
         if super().is_retryable(exc):
