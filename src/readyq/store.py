@@ -851,14 +851,21 @@ class Store:
 
     # -- propagation --------------------------------------------------------------------
 
-    def _propagate(self, conn: Connection, ended: Iterable[tuple[int, str, int | None]]) -> None:
+    def _propagate(
+        self,
+        conn: Connection,
+        ended: Iterable[tuple[int, str, int | None]],
+        *,
+        done_edges: Counter[int] | None = None,
+    ) -> None:
         """Apply the consequences of jobs reaching a terminal state, in this transaction.
 
         Dependents of a ``done`` job count one fewer unfinished upstream job and become
         ready at zero; dependents of a job that ended badly end ``upstream_failed``, and so
         on down the graph. A container whose last child ended rolls up to ``done`` or
         ``failed`` and propagates in turn. Each wave is a few statements for the whole
-        batch, not a few per job.
+        batch, not a few per job. ``done_edges`` gives the first wave's dependents of its
+        ``done`` jobs when the caller has read them already.
         """
         t = self.tables
         j, d = t.jobs, t.deps
@@ -868,7 +875,9 @@ class Store:
             wave, work = work, []
             done_ids = sorted(i for i, state, _ in wave if state == JobState.DONE.value)
             bad = {i: state for i, state, _ in wave if state != JobState.DONE.value}
-            if done_ids:
+            if done_ids and done_edges is not None:
+                edges, done_edges = done_edges, None
+            elif done_ids:
                 dependents = self.dialect.cached(
                     ("dependents", d.name),
                     lambda: sa.select(d.c.job_id).where(
@@ -876,6 +885,7 @@ class Store:
                     ),
                 )
                 edges = Counter(conn.execute(dependents, {"ids": done_ids}).scalars())
+            if done_ids:
                 by_count: dict[int, list[int]] = defaultdict(list)
                 for dependent, n in edges.items():
                     by_count[n].append(int(dependent))
@@ -1314,11 +1324,12 @@ class Store:
         applied: dict[int, bool] = {}
         ended: list[tuple[int, str, int | None]] = []
         done = sorted((o for o in outcomes if o.kind == "done"), key=lambda o: o.job.id)
+        edges = None
         if done:
-            self._finish_done(conn, owner, done, applied, ended)
+            edges = self._finish_done(conn, owner, done, applied, ended)
         for o in sorted((o for o in outcomes if o.kind != "done"), key=lambda o: o.job.id):
             self._finish_one(conn, owner, o, applied, ended)
-        self._propagate(conn, ended)
+        self._propagate(conn, ended, done_edges=edges)
         return applied
 
     def _finish_done(
@@ -1328,19 +1339,26 @@ class Store:
         done: Sequence[Outcome],
         applied: dict[int, bool],
         ended: list[tuple[int, str, int | None]],
-    ) -> None:
-        """Mark a batch done in one statement, each row fenced by its own lease."""
+    ) -> Counter[int] | None:
+        """Mark a batch done in one statement, each row fenced by its own lease.
+
+        Returns the dependents of the batch (dependent id -> edges from the batch) when
+        the dialect read them in the same statement and every row was marked.
+        """
         j = self.tables.jobs
         now = self.now()
-        stmt, params = self.dialect.done_update(
-            self.tables, owner, [(o.job.id, o.job.lease_token, o.result_json) for o in done], now
+        count, edges = self.dialect.mark_done(
+            conn,
+            self.tables,
+            owner,
+            [(o.job.id, o.job.lease_token, o.result_json) for o in done],
+            now,
         )
-        count = conn.execute(stmt, params).rowcount
         if count == len(done):
             for o in done:
                 applied[o.job.id] = True
                 ended.append((o.job.id, "done", o.job.parent_id))
-            return
+            return edges
         # Some rows were fenced out, or (count == 0) this unit already committed once and
         # its COMMIT reply was lost: rows done under our own lease were recorded, and
         # propagated, by the earlier try.
@@ -1363,6 +1381,7 @@ class Store:
             applied[o.job.id] = ok
             if ok and count > 0:
                 ended.append((o.job.id, "done", o.job.parent_id))
+        return None
 
     def _finish_one(
         self,

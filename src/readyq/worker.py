@@ -616,11 +616,19 @@ class Worker:
                 mark_failed(span, exc)
                 outcome = failed_outcome(c, job, spec, exc, duration=time.monotonic() - began)
                 if not isinstance(exc, Exception):
-                    self._inbox.outcomes.append(outcome)
-                    self._inbox.wake.set()
+                    self._report(outcome)
                     raise
-        self._inbox.outcomes.append(outcome)
-        self._inbox.wake.set()
+        self._report(outcome)
+
+    def _report(self, outcome: Outcome) -> None:
+        """Hand an outcome to the loop. The loop waits for the first outcome, then lingers
+        until every running job has reported (see ``_sleep``): only those two moments
+        wake it, not every job of a batch."""
+        inbox = self._inbox
+        inbox.outcomes.append(outcome)
+        n = len(inbox.outcomes)
+        if n == 1 or n >= len(self._running):
+            inbox.wake.set()
 
     def _record(self, outcomes: list[Outcome], applied: dict[int, bool]) -> None:
         fenced = 0

@@ -8,6 +8,7 @@ group's runnable jobs are claimed, and which errors are worth a retry.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar, TypeVar
@@ -188,6 +189,20 @@ class Dialect(ABC):
             .values(done_values(now, result))
         )
         return stmt, {}
+
+    def mark_done(
+        self,
+        conn: Connection,
+        t: Tables,
+        owner: str,
+        rows: Sequence[tuple[int, int, str | None]],
+        now: sa.ColumnElement[float],
+    ) -> tuple[int, Counter[int] | None]:
+        """Run :meth:`done_update`; return the rows marked and, where the database can
+        read them in the same statement, the batch's dependents (id -> edges from the
+        batch), else None."""
+        stmt, params = self.done_update(t, owner, rows, now)
+        return conn.execute(stmt, params).rowcount, None
 
     # -- lists of ids -------------------------------------------------------------------
 
