@@ -167,25 +167,46 @@ def build_tables(prefix: str = DEFAULT_PREFIX, dialect: str | None = None) -> Ta
             postgresql_where=sa.text(LIVE_KEY_WHERE),
             sqlite_where=sa.text(LIVE_KEY_WHERE),
         )
+    # The ready indexes are partial where the database allows it, and then do not begin
+    # with ``state``: PostgreSQL leaves a condition that the predicate implies out of the
+    # index conditions, so a leading ``state`` would keep a probe by group from seeking.
+    # MySQL and MariaDB have no partial indexes: there ``state`` leads.
     ready = jobs.c.state == "ready"
+    lead = [jobs.c.state] if dialect in MYSQL_DIALECTS else []
     sa.Index(
-        None,
-        jobs.c.state,
+        f"{prefix}jobs_state_run_after_ix",
+        *lead,
         jobs.c.run_after,
         postgresql_where=ready,
         sqlite_where=ready,
     )
     sa.Index(
         f"{prefix}jobs_ready_group_ix",
-        jobs.c.state,
+        *lead,
         jobs.c.group_key,
         jobs.c.priority.desc(),
         jobs.c.id,
         postgresql_where=ready,
         sqlite_where=ready,
     )
-    sa.Index(None, jobs.c.state, jobs.c.lease_expires)
-    sa.Index(None, jobs.c.parent_id)
+    # Only what their readers look for, where the database has partial indexes: each
+    # claim and finish rewrites the row with a new state, and every index that holds
+    # the row takes a new entry.
+    in_flight = jobs.c.state.in_(("leased", "running"))
+    sa.Index(
+        f"{prefix}jobs_state_lease_expires_ix",
+        jobs.c.state,
+        jobs.c.lease_expires,
+        postgresql_where=in_flight,
+        sqlite_where=in_flight,
+    )
+    has_parent = jobs.c.parent_id.is_not(None)
+    sa.Index(
+        f"{prefix}jobs_parent_id_ix",
+        jobs.c.parent_id,
+        postgresql_where=has_parent,
+        sqlite_where=has_parent,
+    )
 
     deps = sa.Table(
         f"{prefix}job_deps",

@@ -47,7 +47,7 @@ from readyq.planning.backoff import retry_delay
 from readyq.planning.fair_share import GroupDemand, account, plan_claims
 from readyq.rates import RateLimit, open_budget
 from readyq.schema import GATE_ID, Tables, build_tables
-from readyq.sql.ready import claim_order, runnable
+from readyq.sql.ready import claim_order, runnable, state_in
 from readyq.transient import is_raw_driver_error
 
 log = logging.getLogger("readyq.store")
@@ -1165,7 +1165,7 @@ class Store:
                 sa.func.count().label("n"),
                 sa.func.max(j.c.weight).label("w"),
             )
-            .where(j.c.state.in_(IN_FLIGHT_STATES))
+            .where(state_in(self.tables, *IN_FLIGHT_STATES))
             .group_by(j.c.group_key),
         )
         return {r.group_key: (int(r.n), int(r.w)) for r in conn.execute(in_flight)}
@@ -1285,7 +1285,7 @@ class Store:
             now = self.now()
             conn.execute(
                 sa.update(j)
-                .where(self._fence(owner, leases), j.c.state.in_(IN_FLIGHT_STATES))
+                .where(self._fence(owner, leases), state_in(self.tables, *IN_FLIGHT_STATES))
                 .values(lease_expires=now + ttl, heartbeat_at=now)
             )
             rows = conn.execute(
@@ -1489,7 +1489,7 @@ class Store:
             ("reclaim_due", j.name),
             lambda: sa.select(j.c.id)
             .where(
-                j.c.state.in_(IN_FLIGHT_STATES),
+                state_in(self.tables, *IN_FLIGHT_STATES),
                 sa.or_(
                     j.c.lease_expires < now,
                     sa.and_(j.c.state == "running", j.c.deadline < now),
@@ -1537,7 +1537,7 @@ class Store:
                     j.c.started_at,
                     now.label("now"),
                 )
-                .where(j.c.state.in_(IN_FLIGHT_STATES), expired)
+                .where(state_in(self.tables, *IN_FLIGHT_STATES), expired)
                 .order_by(j.c.id)
                 .limit(limit)
             )
@@ -1577,7 +1577,7 @@ class Store:
                 .where(
                     j.c.id == r.id,
                     j.c.lease_token == r.lease_token,
-                    j.c.state.in_(IN_FLIGHT_STATES),
+                    state_in(self.tables, *IN_FLIGHT_STATES),
                     expired,
                 )
                 .values(**values)
@@ -1716,7 +1716,7 @@ class Store:
                 r.group_key: int(r.n)
                 for r in conn.execute(
                     sa.select(j.c.group_key, sa.func.count().label("n"))
-                    .where(j.c.state.in_(IN_FLIGHT_STATES))
+                    .where(state_in(self.tables, *IN_FLIGHT_STATES))
                     .group_by(j.c.group_key)
                 )
             }

@@ -18,6 +18,7 @@ from sqlalchemy.engine import Connection, Engine
 
 from readyq.model import ClaimedJob
 from readyq.schema import GATE_ID, Tables
+from readyq.sql.ready import state_in
 
 S = TypeVar("S")
 
@@ -149,12 +150,12 @@ class Dialect(ABC):
             j = t.jobs
             walk = (
                 sa.select(sa.func.min(j.c.group_key).label("k"))
-                .where(j.c.state == "ready")
+                .where(state_in(t, "ready"))
                 .cte("ready_groups", recursive=True)
             )
             step = sa.select(
                 sa.select(sa.func.min(j.c.group_key))
-                .where(j.c.state == "ready", j.c.group_key > walk.c.k)
+                .where(state_in(t, "ready"), j.c.group_key > walk.c.k)
                 .scalar_subquery()
             ).where(walk.c.k.is_not(None))
             walk = walk.union_all(step)

@@ -35,9 +35,9 @@ from readyq.dialects.base import (
     lease_values,
 )
 from readyq.errors import UnsupportedDatabase
-from readyq.model import ClaimedJob
+from readyq.model import IN_FLIGHT_STATES, ClaimedJob
 from readyq.schema import GATE_ID, Tables
-from readyq.sql.ready import claim_order, runnable
+from readyq.sql.ready import claim_order, runnable, state_in
 
 
 class PostgresDialect(Dialect):
@@ -139,11 +139,16 @@ class PostgresDialect(Dialect):
             "finished_offset": sa.Double,
         }
         payload = json.dumps(
-            [[i, *(r[n] for n in names[1:])] for i, r in zip(ids, rows)], separators=(",", ":")
+            [[i, *(r[n] for n in names[1:])] for i, r in zip(ids, rows, strict=True)],
+            separators=(",", ":"),
         )
-        each = sa.func.json_array_elements(sa.bindparam("rows", payload, type_=sa.Text).op("::")(
-            sa.literal_column("json")
-        )).table_valued("value").render_derived(name="each")
+        each = (
+            sa.func.json_array_elements(
+                sa.cast(sa.bindparam("rows", payload, type_=sa.Text), sa.JSON)
+            )
+            .table_valued("value")
+            .render_derived(name="each")
+        )
         src = sa.select(
             *(
                 sa.cast(each.c.value.op("->>")(k), types[n]).label(n)
@@ -326,12 +331,12 @@ class PostgresDialect(Dialect):
             j, g = t.jobs, t.groups
             walk = (
                 sa.select(sa.func.min(j.c.group_key).label("k"))
-                .where(j.c.state == "ready")
+                .where(state_in(t, "ready"))
                 .cte("walk", recursive=True)
             )
             step = sa.select(
                 sa.select(sa.func.min(j.c.group_key))
-                .where(j.c.state == "ready", j.c.group_key > walk.c.k)
+                .where(state_in(t, "ready"), j.c.group_key > walk.c.k)
                 .scalar_subquery()
             ).where(walk.c.k.is_not(None))
             walk = walk.union_all(step)
@@ -371,7 +376,7 @@ class PostgresDialect(Dialect):
                     sa.null(),
                     sa.null(),
                 )
-                .where(j.c.state.in_(("leased", "running")))
+                .where(state_in(t, *IN_FLIGHT_STATES))
                 .group_by(j.c.group_key)
             )
             return sa.union_all(ready, flight)  # type: ignore[return-value]
@@ -428,9 +433,13 @@ class PostgresDialect(Dialect):
                 .cte("claimable")
                 .prefix_with("MATERIALIZED")
             )
+            # ``id = ANY((SELECT array_agg(id) ...))``: the planner cannot guess how many
+            # rows the LATERAL limits let through and may join by a scan of the whole
+            # table; an array computed first is looked up by primary key.
+            ids = sa.select(sa.func.array_agg(chosen.c.id)).scalar_subquery()
             return (
                 sa.update(j)
-                .where(j.c.id == chosen.c.id)
+                .where(j.c.id == sa.any_(sa.cast(ids, ARRAY(sa.BigInteger))))
                 .values(**lease_values(t, first, now))
                 .returning(*claim_columns(t))
             )

@@ -18,6 +18,20 @@ import sqlalchemy as sa
 from readyq.schema import Tables
 
 
+def state_in(t: Tables, *states: str) -> sa.ColumnElement[bool]:
+    """``state = 'a'`` or ``state IN ('a', 'b')`` with the values written into the SQL.
+
+    The partial indexes are defined by such predicates. SQLite uses a partial index only
+    when the query's terms imply its predicate, which a bound parameter never does, and a
+    generic plan on PostgreSQL cannot see a parameter's value either: with the values in
+    the text, both always can.
+    """
+    values = [sa.literal_column(f"'{s}'") for s in states]
+    if len(values) == 1:
+        return t.jobs.c.state == values[0]
+    return t.jobs.c.state.in_(values)
+
+
 def runnable(
     t: Tables,
     now: sa.ColumnElement[float],
@@ -28,7 +42,7 @@ def runnable(
     """WHERE clause of the jobs a worker may claim now (reads the ready index only)."""
     j = t.jobs
     conds: list[sa.ColumnElement[bool]] = [
-        j.c.state == "ready",
+        state_in(t, "ready"),
         sa.or_(j.c.run_after.is_(None), j.c.run_after <= now),
     ]
     if group is not None:

@@ -1,0 +1,169 @@
+"""Every statement of a worker's hot path reads the jobs table through an index.
+
+The statements are captured as the worker really runs them (bound parameters, not
+literal SQL), then the database explains each one with the same parameters. A partial
+index only serves a query whose own terms imply the index's predicate: a bound
+``state = ?`` never does on SQLite, so the states are written into the SQL, and this test
+keeps it that way. The jobs table holds thousands of finished, waiting and ready rows,
+so that a full scan would be the cheaper plan nowhere.
+
+On PostgreSQL the claim's snapshot is also run under EXPLAIN (ANALYZE, BUFFERS) with a
+shallow and a deep ready backlog: the pages it touches must not grow with the backlog
+(an index that begins with a column its predicate fixes cannot seek on the next one).
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from typing import Any
+
+import sqlalchemy as sa
+
+import readyq
+
+GROUPS = ("a", "b", "c", "d")
+
+
+def bulk(queue: readyq.Queue, state: str, count: int, *, start: int = 0) -> None:
+    now = time.time()
+    rows: list[dict[str, Any]] = []
+    for i in range(start, start + count):
+        rows.append(
+            {
+                "type": "t",
+                "args": "{}",
+                "state": state,
+                "is_container": False,
+                "group_key": GROUPS[i % len(GROUPS)],
+                "weight": 1,
+                "priority": 0,
+                "attempts": 1 if state == "done" else 0,
+                "max_attempts": 3,
+                "retry_on_timeout": True,
+                "pending_deps": 1 if state == "waiting" else 0,
+                "open_children": 0,
+                "failed_children": 0,
+                "cancel_requested": False,
+                "lease_token": 1 if state == "done" else 0,
+                "created_at": now,
+                "updated_at": now,
+                "finished_at": now if state == "done" else None,
+            }
+        )
+    with queue.engine.begin() as conn:
+        conn.execute(sa.insert(queue._store.tables.jobs), rows)
+
+
+def analyze(queue: readyq.Queue, dialect: str) -> None:
+    t = queue._store.tables
+    with queue.engine.begin() as conn:
+        if dialect == "postgresql":
+            for table in (t.jobs, t.deps, t.groups):
+                conn.exec_driver_sql(f"ANALYZE {table.name}")
+        elif dialect == "sqlite":
+            conn.exec_driver_sql("ANALYZE")
+        else:
+            conn.exec_driver_sql(f"ANALYZE TABLE {t.jobs.name}, {t.deps.name}").all()
+
+
+def full_scans(conn: sa.Connection, dialect: str, sql: str, params: Any) -> list[str]:
+    """The lines of the plan of ``sql`` that read readyq_jobs without an index."""
+    if dialect == "postgresql":
+        plan = [r[0] for r in conn.exec_driver_sql("EXPLAIN " + sql, params)]
+        return [line for line in plan if "Seq Scan on readyq_jobs" in line]
+    if dialect == "sqlite":
+        plan = [str(r[-1]) for r in conn.exec_driver_sql("EXPLAIN QUERY PLAN " + sql, params)]
+        return [line for line in plan if re.search(r"\bSCAN readyq_jobs\b(?! USING)", line)]
+    rows = [dict(r._mapping) for r in conn.exec_driver_sql("EXPLAIN " + sql, params)]
+    return [str(r) for r in rows if r.get("table") == "readyq_jobs" and r.get("type") == "ALL"]
+
+
+def test_a_worker_tick_reads_jobs_through_indexes(
+    queue: readyq.Queue, dialect_name: str
+) -> None:
+    bulk(queue, "done", 4000)
+    bulk(queue, "waiting", 4000, start=4000)
+    bulk(queue, "ready", 4000, start=8000)
+    analyze(queue, dialect_name)
+
+    @queue.handler("t")
+    def handler(job: readyq.Job) -> None:
+        return None
+
+    seen: list[tuple[str, Any]] = []
+
+    def record(conn: Any, cursor: Any, statement: str, params: Any, context: Any,
+               executemany: bool) -> None:
+        if not executemany and "readyq_jobs" in statement:
+            seen.append((statement, params))
+
+    worker = queue.worker(concurrency=8, poll_interval=0.01, lease_ttl=30)
+    sa.event.listen(queue.engine, "before_cursor_execute", record)
+    try:
+        worker.run_once()  # claims 8 jobs over the four groups
+        deadline = time.monotonic() + 10
+        while worker.stats.done < 8:
+            assert time.monotonic() < deadline, "the claimed jobs never finished"
+            worker.run_once()  # finishes them, claims more
+            time.sleep(0.01)
+        queue._store.clock_offset = 3600.0  # every lease expires: the reclaim runs
+        queue._store.reclaim()
+        queue._store.clock_offset = 0.0
+    finally:
+        sa.event.remove(queue.engine, "before_cursor_execute", record)
+        worker.stop()
+    kinds = {" ".join(sql.split()[:2]) for sql, _ in seen}
+    assert any(k.startswith("UPDATE") for k in kinds), kinds
+    assert len(seen) >= 5, seen
+
+    problems = []
+    with queue.engine.connect() as conn:
+        for sql, params in seen:
+            if sql.lstrip().upper().startswith("INSERT"):
+                continue
+            scans = full_scans(conn, dialect_name, sql, params)
+            if scans:
+                problems.append(f"{sql}\n  params {params}\n  " + "\n  ".join(scans))
+    assert not problems, "full scans of readyq_jobs:\n" + "\n\n".join(problems)
+
+
+def snapshot_buffers(queue: readyq.Queue) -> int:
+    """Shared buffers the claim's snapshot touches on PostgreSQL."""
+    store = queue._store
+    dialect, t = store.dialect, store.tables
+    captured: list[tuple[str, Any]] = []
+
+    def record(conn: Any, cursor: Any, statement: str, params: Any, context: Any,
+               executemany: bool) -> None:
+        if statement.lstrip().startswith("WITH RECURSIVE walk"):
+            captured.append((statement, params))
+
+    sa.event.listen(queue.engine, "before_cursor_execute", record)
+    try:
+        with queue.engine.connect() as conn:
+            dialect.claim_snapshot(conn, t, store.now(), ["t"], 100)
+    finally:
+        sa.event.remove(queue.engine, "before_cursor_execute", record)
+    ((sql, params),) = captured
+    with queue.engine.connect() as conn:
+        plan = [r[0] for r in conn.exec_driver_sql(
+            "EXPLAIN (ANALYZE, BUFFERS, FORMAT TEXT) " + sql, params)]
+    top = next(line for line in plan if "Buffers:" in line)
+    return sum(int(n) for n in re.findall(r"(?:hit|read)=(\d+)", top))
+
+
+def test_postgresql_claim_snapshot_does_not_grow_with_the_ready_backlog(
+    queue: readyq.Queue, dialect_name: str
+) -> None:
+    if dialect_name != "postgresql":
+        import pytest
+
+        pytest.skip("the snapshot statement and EXPLAIN BUFFERS are PostgreSQL's")
+    bulk(queue, "ready", 2000)
+    analyze(queue, dialect_name)
+    shallow = snapshot_buffers(queue)
+    bulk(queue, "ready", 30000, start=2000)
+    analyze(queue, dialect_name)
+    deep = snapshot_buffers(queue)
+    assert deep <= 2 * shallow + 20, (shallow, deep)
