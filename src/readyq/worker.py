@@ -12,7 +12,6 @@ import asyncio
 import inspect
 import logging
 import os
-import queue
 import secrets
 import signal
 import socket
@@ -89,47 +88,70 @@ class _Inbox:
 class _HandlerPool:
     """Daemon threads that run handlers, reused when idle, added when all are busy.
 
+    Waking a thread costs far more than a short handler, so a batch of tasks does not
+    wake one thread per task: threads wake in a chain. A thread that takes a task while
+    others are still queued wakes (or starts) one more thread first, and a thread that
+    finishes its task takes the next queued one itself. Short handlers are then run by
+    a few threads; long ones still each get their own thread at once, one wake-up
+    after another. Invariant: while tasks are queued, at least one thread is seeking
+    (woken, just started, or just finished and about to look at the queue).
+
     Daemon threads, because a handler that hangs past its timeout is abandoned (its
     writes are fenced out) and must not keep the process from exiting.
     """
 
     def __init__(self) -> None:
-        self._tasks: queue.SimpleQueue[tuple[Callable[[Any], None], Any] | None] = (
-            queue.SimpleQueue()
-        )
         self._lock = threading.Lock()
+        self._wake = threading.Condition(self._lock)
+        self._tasks: deque[tuple[Callable[[Any], None], Any]] = deque()
+        self._seeking = 0
         self._idle = 0
-        self._threads = 0
+        self._closed = False
 
     def submit(self, fn: Callable[[Any], None], arg: Any) -> None:
         with self._lock:
-            spawn = self._idle == 0
-            if spawn:
-                self._threads += 1
-            else:
-                self._idle -= 1
-        self._tasks.put((fn, arg))
-        if spawn:
+            self._tasks.append((fn, arg))
+            if self._seeking == 0:
+                self._wake_one()
+
+    def _wake_one(self) -> None:
+        """Make one more thread seek (the lock is held)."""
+        self._seeking += 1
+        if self._idle:
+            self._idle -= 1
+            self._wake.notify()
+        else:
             threading.Thread(target=self._loop, name="readyq-handler", daemon=True).start()
 
     def _loop(self) -> None:
-        while True:
-            task = self._tasks.get()
-            if task is None:
-                return
-            fn, arg = task
-            try:
-                fn(arg)
-            finally:
-                with self._lock:
+        with self._lock:
+            while True:
+                if self._tasks:
+                    fn, arg = self._tasks.popleft()
+                    self._seeking -= 1
+                    if self._tasks and self._seeking == 0:
+                        self._wake_one()
+                    self._lock.release()
+                    try:
+                        fn(arg)
+                    finally:
+                        self._lock.acquire()
+                        self._seeking += 1
+                elif self._closed:
+                    self._seeking -= 1
+                    return
+                else:
+                    self._seeking -= 1
                     self._idle += 1
+                    self._wake.wait()  # whoever notifies has counted this thread seeking
 
     def shutdown(self) -> None:
         """Let idle threads exit; busy ones exit after their current handler."""
         with self._lock:
-            n, self._threads, self._idle = self._threads, 0, 0
-        for _ in range(n):
-            self._tasks.put(None)
+            self._closed = True
+            self._seeking += self._idle
+            self._idle = 0
+            self._wake.notify_all()
 
 
 def claimed_fields(c: ClaimedJob) -> dict[str, object]:
