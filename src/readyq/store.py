@@ -1041,7 +1041,25 @@ class Store:
 
         if not outcomes and (cap <= 0 or limit <= 0):
             return {}, []
+        if not outcomes and not self.runnable_exists(types):
+            # An idle tick (a poll, or a notification that woke every listening worker)
+            # reads the ready index without a lock: only a worker that sees a runnable
+            # job opens a claim transaction and waits for the gate.
+            return {}, []
         return self.write(unit, what="cycle")
+
+    def runnable_exists(self, types: Sequence[str] | None) -> bool:
+        """Whether any job of ``types`` is runnable now: one lock-free read."""
+        j = self.tables.jobs
+        stmt = self.dialect.cached(
+            ("runnable_exists", j.name, None if types is None else tuple(types)),
+            # In the ready index's order, so that no plan reads the table instead.
+            lambda: sa.select(j.c.id)
+            .where(runnable(self.tables, self.now(), types=types))
+            .order_by(j.c.group_key, j.c.priority.desc(), j.c.id)
+            .limit(1),
+        )
+        return self.read(lambda conn: conn.execute(stmt).first()) is not None
 
     def _claim(
         self,

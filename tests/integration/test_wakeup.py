@@ -267,3 +267,47 @@ def test_listen_that_does_not_hold_is_detected(
         lst.stop(5.0)
     assert lst.unavailable and not lst.listening.is_set() and not woken
     assert "LISTEN on 'readyq_wake' is unavailable" in caplog.text
+
+
+def test_an_idle_tick_reads_without_waiting_for_the_claim_lock(
+    queue: readyq.Queue, dialect_name: str
+) -> None:
+    """A notification wakes every listening worker, and every worker polls: when nothing
+    is runnable, the tick is a lock-free read, so idle workers never queue up behind the
+    gate row (or SQLite's write lock) that a claim holds."""
+    import threading
+    import time
+
+    import sqlalchemy as sa
+
+    @queue.handler("t")
+    def handler(job: readyq.Job) -> None:
+        return None
+
+    later = queue.enqueue("t", run_after=3600)  # ready, but not runnable yet
+    worker = queue.worker(concurrency=4, poll_interval=0.05)
+    t = queue._store.tables
+    holder = queue.engine.connect()
+    try:
+        if dialect_name == "sqlite":
+            holder.exec_driver_sql("BEGIN IMMEDIATE")  # the write lock every claim needs
+        else:
+            holder.execute(sa.select(t.gate).with_for_update()).all()
+        box: dict[str, object] = {}
+        tick = threading.Thread(target=lambda: box.setdefault("tick", worker.run_once()))
+        began = time.monotonic()
+        tick.start()
+        tick.join(10)
+        assert not tick.is_alive(), "an idle tick waited for the claim lock"
+        assert time.monotonic() - began < 5
+        assert box["tick"].claimed == 0  # type: ignore[attr-defined]
+    finally:
+        holder.rollback()
+        holder.close()
+    # With the lock free and the job due, the next tick claims it.
+    queue._store.clock_offset = 3601.0
+    deadline = time.monotonic() + 10
+    while queue.get(later).state is not readyq.JobState.DONE:
+        assert time.monotonic() < deadline
+        worker.run_once()
+        time.sleep(0.01)
