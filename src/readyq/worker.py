@@ -77,6 +77,10 @@ class _Running:
     job: Job
     spec: HandlerSpec
     cancel_seen: bool = False
+    # This process's monotonic time by which the lease surely still holds: the start of
+    # the transaction that claimed (or last extended) it, plus the lease length. The
+    # database's expiry is later than that.
+    lease_until: float = float("inf")
 
 
 @dataclass
@@ -554,6 +558,7 @@ class Worker:
         )
         free = max(0, local - (len(self._running) - finishing))
         began = time.perf_counter()
+        lease_from = time.monotonic()
         try:
             applied, claimed = self.store.cycle(
                 self.worker_id,
@@ -572,7 +577,7 @@ class Worker:
             self.observers.emit("on_claim", time.perf_counter() - began, len(claimed))
         self._record(outcomes, applied)
         if claimed:
-            self._launch(claimed)
+            self._launch(claimed, lease_from + self.lease_ttl)
         return TickResult(
             finished=len(outcomes),
             claimed=len(claimed),
@@ -590,12 +595,12 @@ class Worker:
             t: (self.handlers[t].timeout, self.handlers[t].retry_on_timeout) for t in self.types
         }
 
-    def _launch(self, claimed: list[ClaimedJob]) -> None:
+    def _launch(self, claimed: list[ClaimedJob], lease_until: float) -> None:
         self.stats.claimed += len(claimed)
         for c in claimed:
-            self._start(c)
+            self._start(c, lease_until)
 
-    def _start(self, c: ClaimedJob) -> None:
+    def _start(self, c: ClaimedJob, lease_until: float = float("inf")) -> None:
         spec = self.handlers[c.type]
         job = Job(
             id=c.id,
@@ -609,7 +614,7 @@ class Worker:
             worker_id=self.worker_id,
             _heartbeat=self._job_heartbeat,
         )
-        entry = _Running(claimed=c, job=job, spec=spec)
+        entry = _Running(claimed=c, job=job, spec=spec, lease_until=lease_until)
         stale = self._running.get(c.id)
         if stale is not None:  # an earlier attempt of this job that timed out here
             self._lose(stale)
@@ -625,6 +630,17 @@ class Worker:
         c, job, spec = entry.claimed, entry.job, entry.spec
         outcome: Outcome
         began = time.monotonic()
+        if began >= entry.lease_until:
+            # This process was held up (paused, starved) between the claim and now, long
+            # enough that the lease may be gone and the job claimed elsewhere: never start
+            # a handler then. Hand the job back (fenced, uncharged if still ours).
+            job._lost.set()
+            log.warning("job %d attempt %d: not started, its lease may have expired "
+                        "before the handler could start; handed back", c.id, c.attempt,
+                        extra={**claimed_fields(c), "event": "start_skipped",
+                               "worker_id": self.worker_id})
+            self._report(Outcome(job=c, kind="release"))
+            return
         with attempt_span(c) as span:
             try:
                 prepare_job(job, spec)
@@ -721,12 +737,14 @@ class Worker:
     def _heartbeat(self) -> int:
         entries = list(self._running.values())
         leases = [Lease(e.claimed.id, e.claimed.lease_token) for e in entries]
-        self._last_heartbeat = time.monotonic()
+        self._last_heartbeat = began = time.monotonic()
         status = self.store.heartbeat(self.worker_id, leases, self.lease_ttl)
         for e in entries:
             st = status.get(e.claimed.id)
             if st is None:
                 continue
+            if not st.lost:
+                e.lease_until = began + self.lease_ttl
             if st.cancel_requested:
                 e.job._cancelled.set()
             if st.lost:
