@@ -630,16 +630,7 @@ class Worker:
         c, job, spec = entry.claimed, entry.job, entry.spec
         outcome: Outcome
         began = time.monotonic()
-        if began >= entry.lease_until:
-            # This process was held up (paused, starved) between the claim and now, long
-            # enough that the lease may be gone and the job claimed elsewhere: never start
-            # a handler then. Hand the job back (fenced, uncharged if still ours).
-            job._lost.set()
-            log.warning("job %d attempt %d: not started, its lease may have expired "
-                        "before the handler could start; handed back", c.id, c.attempt,
-                        extra={**claimed_fields(c), "event": "start_skipped",
-                               "worker_id": self.worker_id})
-            self._report(Outcome(job=c, kind="release"))
+        if self._too_late(entry, began):
             return
         with attempt_span(c) as span:
             try:
@@ -657,6 +648,25 @@ class Worker:
                     self._report(outcome)
                     raise
         self._report(outcome)
+
+    def _too_late(self, entry: _Running, now: float) -> bool:
+        """True (and the job handed back) when the lease may have expired before the
+        handler could start.
+
+        This process was then held up (paused, starved) between the claim and now, long
+        enough that the job may be claimed elsewhere: a handler must not start. The
+        hand-back is fenced, and uncharged while the lease is still ours.
+        """
+        if now < entry.lease_until:
+            return False
+        c = entry.claimed
+        entry.job._lost.set()
+        log.warning("job %d attempt %d: not started, its lease may have expired before the "
+                    "handler could start; handed back", c.id, c.attempt,
+                    extra={**claimed_fields(c), "event": "start_skipped",
+                           "worker_id": self.worker_id})
+        self._report(Outcome(job=c, kind="release"))
+        return True
 
     def _report(self, outcome: Outcome) -> None:
         """Hand an outcome to the loop. The loop waits for the first outcome, then lingers

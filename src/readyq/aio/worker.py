@@ -118,6 +118,8 @@ class AsyncWorker(Worker):
         """The async twin of ``Worker._execute``: same span, validation and outcomes."""
         c, job, spec = entry.claimed, entry.job, entry.spec
         began = time.monotonic()
+        if self._too_late(entry, began):
+            return
         with attempt_span(c) as span:
             try:
                 prepare_job(job, spec)
@@ -128,11 +130,9 @@ class AsyncWorker(Worker):
                 mark_failed(span, exc)
                 outcome = failed_outcome(c, job, spec, exc, duration=time.monotonic() - began)
                 if not isinstance(exc, Exception):
-                    self._inbox.outcomes.append(outcome)
-                    self._inbox.wake.set()
+                    self._report(outcome)
                     raise
-        self._inbox.outcomes.append(outcome)
-        self._inbox.wake.set()
+        self._report(outcome)
 
     def _job_heartbeat(self, job: Job) -> None:
         """``job.heartbeat()`` from a plain handler's thread: run it on the loop."""
