@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from typing import Any, ClassVar
 
 import sqlalchemy as sa
-from sqlalchemy.dialects.postgresql import ARRAY
+from sqlalchemy.dialects.postgresql import ARRAY, JSONB
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.engine import Connection
 
@@ -100,11 +100,12 @@ class PostgresDialect(Dialect):
         now: sa.ColumnElement[float],
     ) -> list[int] | None:
         """Take the ids from the table's sequence, then insert every row with one
-        ``INSERT ... SELECT FROM json_to_recordset(:rows)``: one parameter whatever the
-        number of rows, where a multi-row VALUES list would bind (and make the driver
+        ``INSERT ... SELECT FROM jsonb_array_elements(:rows)``: one parameter whatever
+        the number of rows, where a multi-row VALUES list would bind (and make the driver
         parse) one parameter per column and row. The rows travel as one JSON text, which
         Python's C encoder writes and the server parses far faster than the driver
-        quotes a text array element by element."""
+        quotes a text array element by element; as ``jsonb`` it is parsed once, where
+        each ``->>`` on ``json`` would parse the row again."""
         from readyq.store import BULK_COLUMNS, BULK_CONSTANTS
 
         j = t.jobs
@@ -143,8 +144,8 @@ class PostgresDialect(Dialect):
             separators=(",", ":"),
         )
         each = (
-            sa.func.json_array_elements(
-                sa.cast(sa.bindparam("rows", payload, type_=sa.Text), sa.JSON)
+            sa.func.jsonb_array_elements(
+                sa.cast(sa.bindparam("rows", payload, type_=sa.Text), JSONB)
             )
             .table_valued("value")
             .render_derived(name="each")
