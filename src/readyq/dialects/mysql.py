@@ -26,6 +26,7 @@ from collections.abc import Sequence
 from typing import Any, ClassVar
 
 import sqlalchemy as sa
+from sqlalchemy.dialects.mysql import insert as mysql_insert
 from sqlalchemy.engine import Connection
 
 from readyq.dialects.base import (
@@ -42,7 +43,7 @@ from readyq.dialects.base import (
 )
 from readyq.errors import UnsupportedDatabase
 from readyq.model import ClaimedJob
-from readyq.schema import Tables
+from readyq.schema import GATE_ID, Tables
 from readyq.sql.ready import claim_order, runnable
 
 MYSQL_MIN = (8, 0, 1)
@@ -153,11 +154,60 @@ class MySQLDialect(Dialect):
     def claim(
         self, conn: Connection, t: Tables, req: ClaimRequest, now: sa.ColumnElement[float]
     ) -> list[ClaimedJob]:
-        j = t.jobs
-        params = req.params()
-        rows = conn.execute(self.claim_select(t, req, now), params).all()
+        rows = conn.execute(self.claim_select(t, req, now), req.params()).all()
         if not rows:
             return []
+        return self._lease(conn, t, req, now, rows)
+
+    def claim_groups(
+        self,
+        conn: Connection,
+        t: Tables,
+        requests: Sequence[ClaimRequest],
+        now: sa.ColumnElement[float],
+    ) -> list[ClaimedJob]:
+        """Every group's locking SELECT in one ``UNION ALL`` of parenthesized
+        ``(SELECT ... LIMIT n FOR UPDATE SKIP LOCKED)``, then one UPDATE by primary key
+        for all of them: two round trips whatever the number of groups."""
+        if len(requests) == 1:
+            return self.claim(conn, t, requests[0], now)
+        first = requests[0]
+        n = len(requests)
+
+        def build() -> sa.CompoundSelect:
+            parts = [
+                sa.select(*claim_columns(t))
+                .where(
+                    runnable(
+                        t,
+                        now,
+                        group=sa.bindparam(f"rq_group_{i}", type_=t.jobs.c.group_key.type),
+                        types=first.types,
+                    )
+                )
+                .order_by(*claim_order(t))
+                .limit(sa.bindparam(f"rq_limit_{i}", type_=sa.Integer))
+                .with_for_update(skip_locked=True)
+                for i in range(n)
+            ]
+            return sa.union_all(*parts)
+
+        params: dict[str, Any] = {}
+        for i, req in enumerate(requests):
+            params[f"rq_group_{i}"] = req.group
+            params[f"rq_limit_{i}"] = req.limit
+        select = self.cached(("claim_union", t.jobs.name, first.shape(), n), build)
+        rows = conn.execute(select, params).all()
+        if not rows:
+            return []
+        return self._lease(conn, t, first, now, rows)
+
+    def _lease(
+        self, conn: Connection, t: Tables, req: ClaimRequest, now: sa.ColumnElement[float],
+        rows: Sequence[Any],
+    ) -> list[ClaimedJob]:
+        """Lease the rows a locking SELECT returned, by primary key."""
+        j = t.jobs
         ids = [row.id for row in rows]
         update = self.cached(
             ("claim_update", j.name, req.shape()),
@@ -165,12 +215,43 @@ class MySQLDialect(Dialect):
             .where(j.c.id.in_(sa.bindparam("ids", expanding=True)), j.c.state == "ready")
             .values(**lease_values(t, req, now)),
         )
-        result = conn.execute(update, {**params, "ids": ids})
+        result = conn.execute(update, {**req.params(), "ids": ids})
         if result.rowcount != len(ids):
             raise RuntimeError(  # the rows are locked by this transaction: cannot happen
                 f"claim updated {result.rowcount} of {len(ids)} locked rows"
             )
         return [claimed_from_row(row, before_update=True) for row in rows]
+
+    def record_progress(
+        self,
+        conn: Connection,
+        t: Tables,
+        rows: Sequence[tuple[str, float, int]],
+        known: set[str],
+        vclock: float,
+        seq: int,
+    ) -> None:
+        """One multi-row ``INSERT ... ON DUPLICATE KEY UPDATE`` for the groups, then the
+        gate's UPDATE."""
+        g = t.groups
+        if rows:
+            ins = mysql_insert(g).values(
+                [{"group_key": k, "vfinish": v, "served_seq": q} for k, v, q in rows]
+            )
+            conn.execute(
+                ins.on_duplicate_key_update(
+                    vfinish=ins.inserted.vfinish, served_seq=ins.inserted.served_seq
+                )
+            )
+        conn.execute(
+            self.cached(
+                ("gate_progress", t.gate.name),
+                lambda: sa.update(t.gate)
+                .where(t.gate.c.id == GATE_ID)
+                .values(vclock=sa.bindparam("vclock"), seq=sa.bindparam("seq")),
+            ),
+            {"vclock": vclock, "seq": seq},
+        )
 
     def done_update(
         self,
