@@ -235,6 +235,9 @@ class Store:
         # Called inside a transaction that made jobs ready (enqueue, or a completion that
         # releases dependents); readyq.wakeup sends a NOTIFY from it on PostgreSQL.
         self.on_ready: Callable[[Connection], None] | None = None
+        # The same signal as an expression a single enqueue's INSERT can return (None
+        # from the callable when it is not wanted).
+        self.ready_notice: Callable[[], sa.ColumnElement[Any] | None] | None = None
 
     # -- plumbing -----------------------------------------------------------------------
 
@@ -832,7 +835,15 @@ class Store:
         if state is JobState.UPSTREAM_FAILED:
             values["error"] = f"dependency {bad[0]} ended {states[bad[0]]}"
             values["finished_at"] = now
-        new_id = int(conn.execute(sa.insert(j).values(**values)).inserted_primary_key[0])
+        insert = sa.insert(j).values(**values)
+        notice = None
+        if state is JobState.READY and self.ready_notice is not None:
+            notice = self.ready_notice()
+        if notice is not None:
+            # The wake-up rides on the INSERT itself: one round trip, then the commit.
+            new_id = int(conn.execute(insert.returning(j.c.id, notice)).first()[0])
+        else:
+            new_id = int(conn.execute(insert).inserted_primary_key[0])
         if deps:
             conn.execute(
                 sa.insert(t.deps), [{"job_id": new_id, "depends_on_id": dep} for dep in deps]
@@ -845,7 +856,7 @@ class Store:
             )
             if state is JobState.UPSTREAM_FAILED:
                 self._propagate(conn, [(new_id, state.value, job.parent)])
-        if state is JobState.READY and self.on_ready is not None:
+        if state is JobState.READY and notice is None and self.on_ready is not None:
             self.on_ready(conn)
         return new_id
 

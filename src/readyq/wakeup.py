@@ -59,6 +59,7 @@ def install_notify(store: Store, listen: bool | None) -> None:
     """Make ``store`` NOTIFY its channel from transactions that make jobs ready."""
     if listen is False:
         store.on_ready = None
+        store.ready_notice = None
         return
     channel = channel_for(store.tables.jobs.name[: -len("jobs")])
     # text(): pg_notify and current_schema() exist on PostgreSQL only, the one database
@@ -70,6 +71,16 @@ def install_notify(store: Store, listen: bool | None) -> None:
             conn.execute(stmt)
 
     store.on_ready = notify
+    # The same NOTIFY as a column of an INSERT's RETURNING (``concat`` spells the same
+    # name as SCHEMA_SUFFIX).
+    notice = sa.func.pg_notify(
+        sa.func.concat(
+            sa.literal(channel, sa.Text), "_",
+            sa.func.left(sa.func.md5(sa.func.current_schema()), 8),
+        ),
+        "",
+    ).label("notified")
+    store.ready_notice = lambda: notice if _wants(store, listen) else None
 
 
 def conninfo_for(url: sa.URL) -> str:
