@@ -91,6 +91,35 @@ class Row:
     commits_per_job: float | None
     p50_ms: float | None = None
     p99_ms: float | None = None
+    # readyq only: the global cap and the fair share, checked from the run's own rows.
+    cap: int | None = None
+    peak: int | None = None
+    shares: dict[str, float] | None = None
+
+
+def check_guarantees(queue: readyq.Queue, jobs: int) -> tuple[int, dict[str, float]]:
+    """Peak jobs in flight, and each group's share of the starts while every group still
+    had a backlog (the first 40% of starts: the heaviest group, weight 3 of 7, has then
+    used about 1,700 of its 2,500 jobs), both from the database's own timestamps.
+
+    The peak is a sweep over [started_at, finished_at]: a claim counts every job not yet
+    committed done as in flight, so the sweep can only under-count what a claim saw.
+    """
+    t = queue._store.tables.jobs
+    with queue.engine.connect() as conn:
+        rows = conn.execute(
+            sa.select(t.c.id, t.c.group_key, t.c.started_at, t.c.finished_at).order_by(
+                t.c.started_at, t.c.id
+            )
+        ).all()
+    events = sorted([(r.started_at, 1) for r in rows] + [(r.finished_at, -1) for r in rows])
+    peak = running = 0
+    for _, step in events:  # at equal times the end (-1) sorts first: never over-counts
+        running += step
+        peak = max(peak, running)
+    head = rows[: int(jobs * 0.4)]
+    shares = {g: sum(1 for r in head if r.group_key == g) / len(head) for g in GROUPS}
+    return peak, shares
 
 
 def run_readyq(kind: str, base_url: str, jobs: int, processes: int, cap: int) -> Row:
@@ -134,6 +163,7 @@ def run_readyq(kind: str, base_url: str, jobs: int, processes: int, cap: int) ->
         pg_stats.close()
     check = readyq.Queue(url)
     counts = check.counts()
+    peak, shares = check_guarantees(check, jobs)
     check.close()
     if counts != {"done": jobs} or run.executed != jobs:
         raise RuntimeError(f"readyq did not run every job exactly once: {counts}, {run.executed}")
@@ -151,6 +181,9 @@ def run_readyq(kind: str, base_url: str, jobs: int, processes: int, cap: int) ->
         commits_per_job=None if commits is None else commits / jobs,
         p50_ms=statistics.median(t["p50"] for t in timings) * 1000 if timings else None,
         p99_ms=max(t["p99"] for t in timings) * 1000 if timings else None,
+        cap=cap * processes,
+        peak=peak,
+        shares=shares,
     )
 
 
@@ -390,6 +423,22 @@ def main(argv: list[str] | None = None) -> int:
                     continue
                 print(f"  readyq / {r.system} ({r.database}, {p} proc): "
                       f"{mine[r.database].jobs_per_s / r.jobs_per_s:.2f}x")
+
+    checked = [r for r in rows if r.peak is not None]
+    if checked:
+        total = sum(GROUPS.values())
+        expected = " ".join(f"{g[-1]} {w / total:.1%}" for g, w in GROUPS.items())
+        print(f"\nguarantees at full speed (readyq rows above): peak in flight against the "
+              f"global cap; share of the first 40% of starts per group, weights 3:2:1:1 "
+              f"(expected {expected})")
+        for r in checked:
+            assert r.shares is not None
+            measured = " ".join(f"{g[-1]} {s:.1%}" for g, s in r.shares.items())
+            worst = max(abs(s - GROUPS[g] / total) for g, s in r.shares.items())
+            verdict = "ok" if r.peak is not None and r.cap is not None and r.peak <= r.cap \
+                else "CAP EXCEEDED"
+            print(f"  {r.database:10} {r.processes} proc: peak {r.peak} / cap {r.cap} "
+                  f"{verdict}; shares {measured} (largest gap {worst:.1%})")
 
     if "scan" not in args.skip:
         print(f"\nscan flatness: one claim transaction, median of 60 "
