@@ -138,6 +138,11 @@ class _HandlerPool:
                     self._lock.release()
                     try:
                         fn(arg)
+                    except BaseException:
+                        # SystemExit and the like from a handler end its attempt (already
+                        # recorded as failed), never this thread: a thread that died here
+                        # while counted as seeking would leave later tasks unrun.
+                        log.debug("a handler task raised past its own handling", exc_info=True)
                     finally:
                         self._lock.acquire()
                         self._seeking += 1
