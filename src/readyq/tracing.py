@@ -7,7 +7,7 @@ gets status ``ERROR`` and the exception recorded. The span is current while the 
 runs, so spans the handler opens are its children. Args are never attributes.
 
 The API is imported lazily, once: without it (``pip install 'readyq[otel]'``) this module
-does nothing, and without an SDK configured the API's spans are no-ops.
+does nothing, and until an SDK's tracer provider is installed no span is made.
 """
 
 from __future__ import annotations
@@ -42,7 +42,11 @@ def _trace_api() -> Any:
 def attempt_span(job: ClaimedJob) -> Iterator[Any]:
     """Run the block inside the attempt's span; yield the span (None without the API)."""
     trace = _trace_api()
-    if trace is None:
+    # Until an SDK's provider is installed the API's spans are no-ops that still cost
+    # several microseconds each: skip them (the check follows a provider set later).
+    if trace is None or isinstance(
+        trace.get_tracer_provider(), (trace.ProxyTracerProvider, trace.NoOpTracerProvider)
+    ):
         yield None
         return
     from readyq import __version__
