@@ -798,11 +798,14 @@ class Worker:
                 releases = [Outcome(job=e.claimed, kind="release") for e in self._running.values()]
                 for e in self._running.values():
                     e.job._lost.set()
-                self.store.finish(self.worker_id, releases)
+                handed = sorted(e.claimed.id for e in self._running.values())
+                # Recorded like any outcome: a hand-back the fence refuses (the lease was
+                # reclaimed meanwhile) is reported as fenced out, not passed over.
+                self._record(releases, self.store.finish(self.worker_id, releases))
                 log.info("worker %s handed back %d running job(s)", self.worker_id,
                          len(releases),
                          extra={"event": "jobs_handed_back", "worker_id": self.worker_id,
-                                "job_ids": sorted(e.claimed.id for e in self._running.values())})
+                                "job_ids": handed})
                 self._running.clear()
         except Exception as exc:
             if not is_transient(exc):
