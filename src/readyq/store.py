@@ -47,7 +47,7 @@ from readyq.planning.backoff import retry_delay
 from readyq.planning.fair_share import GroupDemand, account, plan_claims
 from readyq.rates import RateLimit, open_budget
 from readyq.schema import GATE_ID, Tables, build_tables
-from readyq.sql.ready import claim_order, runnable, state_in
+from readyq.sql.ready import in_flight_by_group, runnable, runnable_head, state_in
 from readyq.transient import is_raw_driver_error
 
 log = logging.getLogger("readyq.store")
@@ -1186,16 +1186,9 @@ class Store:
     def _in_flight(self, conn: Connection) -> dict[str, tuple[int, int]]:
         """group -> (jobs in flight, their largest weight): a range of the state index,
         bounded by the cap."""
-        j = self.tables.jobs
         in_flight = self.dialect.cached(
-            ("in_flight", j.name),
-            lambda: sa.select(
-                j.c.group_key,
-                sa.func.count().label("n"),
-                sa.func.max(j.c.weight).label("w"),
-            )
-            .where(state_in(self.tables, *IN_FLIGHT_STATES))
-            .group_by(j.c.group_key),
+            ("in_flight", self.tables.jobs.name),
+            lambda: in_flight_by_group(self.tables, *IN_FLIGHT_STATES),
         )
         return {r.group_key: (int(r.n), int(r.w)) for r in conn.execute(in_flight)}
 
@@ -1216,13 +1209,8 @@ class Store:
             parts = []
             for i in range(n):
                 key = sa.bindparam(f"g{i}", type_=j.c.group_key.type)
-                head = (
-                    sa.select(j.c.weight)
-                    .where(runnable(self.tables, now, group=key, types=types))
-                    .order_by(*claim_order(self.tables))
-                    .limit(sa.bindparam("cap", type_=sa.Integer))
-                    .subquery()
-                )
+                cap_param = sa.bindparam("cap", type_=sa.Integer)
+                head = runnable_head(self.tables, now, key, types, cap_param).subquery()
                 parts.append(
                     sa.select(
                         sa.literal(i).label("i"),

@@ -136,7 +136,7 @@ def snapshot_buffers(queue: readyq.Queue) -> int:
 
     def record(conn: Any, cursor: Any, statement: str, params: Any, context: Any,
                executemany: bool) -> None:
-        if statement.lstrip().startswith("WITH RECURSIVE walk"):
+        if statement.lstrip().startswith("WITH RECURSIVE ready_groups"):
             captured.append((statement, params))
 
     sa.event.listen(queue.engine, "before_cursor_execute", record)

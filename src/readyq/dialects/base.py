@@ -18,7 +18,7 @@ from sqlalchemy.engine import Connection, Engine
 
 from readyq.model import ClaimedJob
 from readyq.schema import GATE_ID, Tables
-from readyq.sql.ready import state_in
+from readyq.sql.ready import ready_group_walk
 
 S = TypeVar("S")
 
@@ -147,23 +147,13 @@ class Dialect(ABC):
         so the cost follows the number of groups rather than the number of ready jobs.
         """
         def build() -> sa.Select[Any]:
-            j = t.jobs
-            walk = (
-                sa.select(sa.func.min(j.c.group_key).label("k"))
-                .where(state_in(t, "ready"))
-                .cte("ready_groups", recursive=True)
-            )
-            step = sa.select(
-                sa.select(sa.func.min(j.c.group_key))
-                .where(state_in(t, "ready"), j.c.group_key > walk.c.k)
-                .scalar_subquery()
-            ).where(walk.c.k.is_not(None))
-            walk = walk.union_all(step)
+            walk = ready_group_walk(t)
             return sa.select(walk.c.k).where(walk.c.k.is_not(None))
 
         stmt = self.cached(("ready_groups", t.jobs.name), build)
         return list(conn.execute(stmt).scalars())
 
+    @abstractmethod
     def done_update(
         self,
         t: Tables,
@@ -171,25 +161,12 @@ class Dialect(ABC):
         rows: Sequence[tuple[int, int, str | None]],
         now: sa.ColumnElement[float],
     ) -> tuple[sa.Update, dict[str, Any]]:
-        """Mark (id, token, result) rows done in one UPDATE, each fenced by its lease.
+        """Mark (id, token, result) rows done in one UPDATE, each fenced by its own lease
+        (and ``state = 'running'``), setting :func:`done_values`.
 
-        Returns the statement and its parameters. This portable form binds two values
-        per row; each database overrides it with a statement whose text does not depend
+        Returns the statement and its parameters: a statement whose text does not depend
         on the batch (the batch travels as one parameter), built once.
         """
-        j = t.jobs
-        results = {i: r for i, _, r in rows if r is not None}
-        result: Any = sa.case(results, value=j.c.id, else_=sa.null()) if results else None
-        stmt = (
-            sa.update(j)
-            .where(
-                self.pairs_match(j.c.id, j.c.lease_token, [(i, k) for i, k, _ in rows]),
-                j.c.lease_owner == owner,
-                j.c.state == "running",
-            )
-            .values(done_values(now, result))
-        )
-        return stmt, {}
 
     def mark_done(
         self,

@@ -37,7 +37,13 @@ from readyq.dialects.base import (
 from readyq.errors import UnsupportedDatabase
 from readyq.model import IN_FLIGHT_STATES, ClaimedJob
 from readyq.schema import GATE_ID, Tables
-from readyq.sql.ready import claim_order, runnable, state_in
+from readyq.sql.ready import (
+    claim_order,
+    in_flight_by_group,
+    ready_group_walk,
+    runnable,
+    runnable_head,
+)
 
 
 class PostgresDialect(Dialect):
@@ -329,23 +335,11 @@ class PostgresDialect(Dialect):
         """
 
         def build() -> sa.Select[Any]:
-            j, g = t.jobs, t.groups
-            walk = (
-                sa.select(sa.func.min(j.c.group_key).label("k"))
-                .where(state_in(t, "ready"))
-                .cte("walk", recursive=True)
-            )
-            step = sa.select(
-                sa.select(sa.func.min(j.c.group_key))
-                .where(state_in(t, "ready"), j.c.group_key > walk.c.k)
-                .scalar_subquery()
-            ).where(walk.c.k.is_not(None))
-            walk = walk.union_all(step)
+            g = t.groups
+            walk = ready_group_walk(t)
+            cap_param = sa.bindparam("cap", type_=sa.Integer)
             head = (
-                sa.select(j.c.weight)
-                .where(runnable(t, now, group=walk.c.k, types=types))
-                .order_by(*claim_order(t))
-                .limit(sa.bindparam("cap", type_=sa.Integer))
+                runnable_head(t, now, walk.c.k, types, cap_param)
                 .correlate(walk)
                 .subquery("head")
             )
@@ -368,17 +362,10 @@ class PostgresDialect(Dialect):
                 )
                 .where(walk.c.k.is_not(None), counts.c.n > 0)
             )
-            flight = (
-                sa.select(
-                    sa.literal(False),
-                    j.c.group_key,
-                    sa.func.count(),
-                    sa.func.max(j.c.weight),
-                    sa.null(),
-                    sa.null(),
-                )
-                .where(state_in(t, *IN_FLIGHT_STATES))
-                .group_by(j.c.group_key)
+            counted = in_flight_by_group(t, *IN_FLIGHT_STATES).subquery("in_flight")
+            flight = sa.select(
+                sa.literal(False), counted.c.group_key, counted.c.n, counted.c.w,
+                sa.null(), sa.null(),
             )
             return sa.union_all(ready, flight)  # type: ignore[return-value]
 

@@ -12,6 +12,7 @@ Tests check that both give the same rows.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import sqlalchemy as sa
 
@@ -55,6 +56,51 @@ def runnable(
 def claim_order(t: Tables) -> tuple[sa.ColumnElement[object], ...]:
     """Higher priority first, then first in, first out."""
     return (t.jobs.c.priority.desc(), t.jobs.c.id)
+
+
+def ready_group_walk(t: Tables) -> sa.CTE:
+    """Recursive CTE ``(k)``: the groups that have ready rows, one index probe each (a
+    skip scan of the ready index), ending with a NULL row; filter ``k IS NOT NULL``."""
+    j = t.jobs
+    walk = (
+        sa.select(sa.func.min(j.c.group_key).label("k"))
+        .where(state_in(t, "ready"))
+        .cte("ready_groups", recursive=True)
+    )
+    step = sa.select(
+        sa.select(sa.func.min(j.c.group_key))
+        .where(state_in(t, "ready"), j.c.group_key > walk.c.k)
+        .scalar_subquery()
+    ).where(walk.c.k.is_not(None))
+    return walk.union_all(step)
+
+
+def runnable_head(
+    t: Tables,
+    now: sa.ColumnElement[float],
+    group: str | sa.ColumnElement[str],
+    types: Sequence[str] | None,
+    limit: sa.ColumnElement[int],
+) -> sa.Select[tuple[int]]:
+    """The weights of one group's first ``limit`` runnable jobs, in claim order: a group
+    is counted only up to the cap, so the count costs the cap, not the backlog."""
+    j = t.jobs
+    return (
+        sa.select(j.c.weight)
+        .where(runnable(t, now, group=group, types=types))
+        .order_by(*claim_order(t))
+        .limit(limit)
+    )
+
+
+def in_flight_by_group(t: Tables, *states: str) -> sa.Select[Any]:
+    """(group_key, n, w): jobs in ``states`` per group and their largest weight."""
+    j = t.jobs
+    return (
+        sa.select(j.c.group_key, sa.func.count().label("n"), sa.func.max(j.c.weight).label("w"))
+        .where(state_in(t, *states))
+        .group_by(j.c.group_key)
+    )
 
 
 def runnable_by_definition(t: Tables, now: sa.ColumnElement[float]) -> sa.Select[tuple[int]]:
