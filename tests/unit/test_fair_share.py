@@ -120,3 +120,64 @@ def test_simulated_light_group_among_ten_heavy_groups_starts_at_once_and_keeps_i
     assert first["light"] <= 3.0
     share = slot["light"] / sum(slot.values())
     assert share == pytest.approx(1 / 101, rel=0.25)
+
+
+def reference_plan(cap: int, demands: list[GroupDemand], vclock: float,
+                   max_claims: int | None) -> Plan:
+    """The plan's rule written the slow, obvious way: every slot scans every group."""
+    free = cap - sum(d.in_flight for d in demands)
+    if max_claims is not None:
+        free = min(free, max_claims)
+    if free <= 0:
+        return Plan(claims={}, picks=())
+    limit = {k: max(1, -int(-(v - 1e-9) // 1)) for k, v in quotas(cap, demands).items()
+             if v > 0}
+    weight = {d.key: d.weight for d in demands}
+    tag = {d.key: vclock if d.vfinish is None else max(vclock, d.vfinish) for d in demands}
+    seq = {d.key: d.served_seq for d in demands}
+    claims: dict[str, int] = {}
+    picks: list[str] = []
+    clock = vclock
+    for order in range(1, free + 1):
+        eligible = [d.key for d in demands if d.runnable > claims.get(d.key, 0)
+                    and d.in_flight + claims.get(d.key, 0) < limit.get(d.key, 0)]
+        if not eligible:
+            break
+        best = min(eligible, key=lambda k: (max(clock, tag[k]), seq[k], k))
+        start = max(clock, tag[best])
+        tag[best] = start + 1.0 / weight[best]
+        clock = start
+        seq[best] = 1 << 62 | order
+        claims[best] = claims.get(best, 0) + 1
+        picks.append(best)
+    return Plan(claims=claims, picks=tuple(picks))
+
+
+try:
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+except ImportError:  # pragma: no cover - hypothesis is in the test extra
+    pass
+else:
+    group_demand = st.builds(
+        GroupDemand,
+        key=st.sampled_from("abcdefgh"),
+        weight=st.integers(1, 5),
+        in_flight=st.integers(0, 6),
+        runnable=st.integers(0, 30),
+        vfinish=st.one_of(st.none(), st.sampled_from([0.0, 0.5, 1.0, 1.25, 2.0, 3.5])),
+        served_seq=st.integers(0, 4),
+    )
+
+    @settings(max_examples=400, deadline=None)
+    @given(
+        cap=st.integers(0, 40),
+        demands=st.lists(group_demand, max_size=8, unique_by=lambda d: d.key),
+        vclock=st.sampled_from([0.0, 0.5, 1.0, 2.0]),
+        max_claims=st.one_of(st.none(), st.integers(0, 40)),
+    )
+    def test_plan_picks_exactly_what_the_one_by_one_rule_picks(
+        cap: int, demands: list[GroupDemand], vclock: float, max_claims: int | None
+    ) -> None:
+        got = plan_claims(cap, demands, vclock, max_claims=max_claims)
+        assert got == reference_plan(cap, demands, vclock, max_claims)

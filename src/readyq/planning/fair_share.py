@@ -16,6 +16,7 @@ Two mechanisms, both fed with what every worker sees in the database:
 
 from __future__ import annotations
 
+import heapq
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -90,29 +91,49 @@ def plan_claims(
         return Plan(claims={}, picks=())
     q = quotas(cap, demands)
     limit = {k: max(1, math.ceil(v - 1e-9)) for k, v in q.items() if v > 0}
-    by_key = {d.key: d for d in demands}
-    tag = {d.key: max(vclock, d.vfinish) if d.vfinish is not None else vclock for d in demands}
-    seq = {d.key: d.served_seq for d in demands}
+    # Each slot goes to the eligible group with the smallest (max(clock, tag), seq, key).
+    # The clock never goes back, so a group whose tag it has passed stays "level": the
+    # level groups wait in one heap ordered by (seq, key), the others in one ordered by
+    # (tag, seq, key). A pick is then a heap operation, not a pass over every group.
+    # A group that has had its fill never becomes eligible again in this plan.
+    room: dict[str, int] = {}
+    weight: dict[str, int] = {}
+    ahead: list[tuple[float, int, str]] = []
+    level: list[tuple[int, str]] = []
+    for d in demands:
+        n = min(d.runnable, limit.get(d.key, 0) - d.in_flight)
+        if n <= 0:
+            continue
+        room[d.key] = n
+        weight[d.key] = d.weight
+        tag = vclock if d.vfinish is None else max(vclock, d.vfinish)
+        if tag <= vclock:
+            level.append((d.served_seq, d.key))
+        else:
+            ahead.append((tag, d.served_seq, d.key))
+    heapq.heapify(ahead)
+    heapq.heapify(level)
     claims: dict[str, int] = {}
     picks: list[str] = []
     clock = vclock
     for order in range(1, free + 1):
-        eligible = [
-            d.key
-            for d in demands
-            if d.runnable > claims.get(d.key, 0)
-            and d.in_flight + claims.get(d.key, 0) < limit.get(d.key, 0)
-        ]
-        if not eligible:
+        if level:
+            _, best = heapq.heappop(level)
+            start = clock
+        elif ahead:
+            start, _, best = heapq.heappop(ahead)
+            clock = start
+        else:
             break
-        best = min(eligible, key=lambda k: (max(clock, tag[k]), seq[k], k))
-        start = max(clock, tag[best])
-        tag[best] = start + 1.0 / by_key[best].weight
-        clock = start
-        # Served groups queue behind the ones never served in this plan.
-        seq[best] = 1 << 62 | order
+        while ahead and ahead[0][0] <= clock:
+            _, s, k = heapq.heappop(ahead)
+            heapq.heappush(level, (s, k))
         claims[best] = claims.get(best, 0) + 1
         picks.append(best)
+        room[best] -= 1
+        if room[best] > 0:
+            # Served groups queue behind the ones never served in this plan.
+            heapq.heappush(ahead, (start + 1.0 / weight[best], 1 << 62 | order, best))
     return Plan(claims=claims, picks=tuple(picks))
 
 
