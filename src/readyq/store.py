@@ -17,7 +17,7 @@ import time
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, NamedTuple, TypeVar
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
@@ -102,8 +102,7 @@ class BatchJob:
     parent_in_batch: int | None = None
 
 
-@dataclass(frozen=True)
-class Outcome:
+class Outcome(NamedTuple):
     """How one attempt ended, as the worker reports it.
 
     ``kind`` is ``done`` (with ``result_json``), ``retry`` (back to ready after
@@ -342,7 +341,9 @@ class Store:
                     connected = True
                     try:
                         out = unit(conn)
-                        conn.rollback()
+                        # COMMIT, not ROLLBACK: ending a read-only transaction costs the
+                        # same, and psycopg drops its prepared statements on a ROLLBACK.
+                        conn.commit()
                         return out
                     except Exception as exc:
                         _discard_if_broken(conn, exc)

@@ -33,22 +33,35 @@ def lost_reply(engine: sa.Engine) -> Exception:
 
 @contextmanager
 def ambiguous_commits(queue: readyq.Queue, times: int = 1) -> Iterator[list[int]]:
-    """The next ``times`` COMMITs land, then report a lost connection."""
+    """The next ``times`` COMMITs of write transactions land, then report a lost
+    connection. (Read-only transactions end with a COMMIT too; theirs are left alone.)"""
     dialect = queue.engine.dialect
+    store = queue._store
     original = dialect.do_commit
+    original_write = store.write
     fired: list[int] = []
+    writing = [0]
 
     def do_commit(dbapi_connection: Any) -> None:
         original(dbapi_connection)
-        if len(fired) < times:
+        if writing[0] and len(fired) < times:
             fired.append(1)
             raise lost_reply(queue.engine)
 
+    def write(*args: Any, **kwargs: Any) -> Any:
+        writing[0] += 1
+        try:
+            return original_write(*args, **kwargs)
+        finally:
+            writing[0] -= 1
+
     dialect.do_commit = do_commit  # type: ignore[method-assign]
+    store.write = write  # type: ignore[method-assign]
     try:
         yield fired
     finally:
         dialect.do_commit = original  # type: ignore[method-assign]
+        store.write = original_write  # type: ignore[method-assign]
 
 
 def job(queue: readyq.Queue, job_id: int) -> Any:
