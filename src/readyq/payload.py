@@ -28,6 +28,8 @@ def _depth(value: Any, limit: int) -> int:
 
 def encode(value: Any, *, max_bytes: int, what: str = "args") -> str:
     """Encode ``value`` as compact strict JSON, or raise PayloadNotJSON / PayloadTooLarge."""
+    if value is None and max_bytes >= 4:  # what most handlers return
+        return "null"
     if _depth(value, MAX_DEPTH) > MAX_DEPTH:
         raise PayloadNotJSON(f"{what} are nested deeper than {MAX_DEPTH} levels")
     try:

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import inspect
 import math
 import numbers
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from typing import Any, TypeVar
 
@@ -88,6 +89,11 @@ class HandlerSpec:
     args_model: Any = None
     result_model: Any = None
     rate_limit: str | None = None
+    is_async: bool = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        # Asked for every attempt: inspect once.
+        object.__setattr__(self, "is_async", inspect.iscoroutinefunction(self.fn))
 
 
 def _seconds(

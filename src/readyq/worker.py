@@ -9,7 +9,6 @@ allow (one transaction). Handlers run in their own threads and never hold a conn
 from __future__ import annotations
 
 import asyncio
-import inspect
 import logging
 import os
 import secrets
@@ -628,7 +627,8 @@ class Worker:
             log.info("job %d (%s) attempt %d started", c.id, c.type, c.attempt,
                      extra={**claimed_fields(c), "event": "job_started",
                             "worker_id": self.worker_id})
-        self.observers.emit("on_started", job)
+        if self.observers:
+            self.observers.emit("on_started", job)
         self._pool.submit(self._execute, entry)
 
     def _execute(self, entry: _Running) -> None:
@@ -640,10 +640,7 @@ class Worker:
         with attempt_span(c) as span:
             try:
                 prepare_job(job, spec)
-                if inspect.iscoroutinefunction(spec.fn):
-                    value = asyncio.run(spec.fn(job))
-                else:
-                    value = spec.fn(job)
+                value = asyncio.run(spec.fn(job)) if spec.is_async else spec.fn(job)
                 outcome = done_outcome(c, value, self.queue.max_payload_bytes, spec,
                                        duration=time.monotonic() - began)
             except BaseException as exc:  # a handler's failure, whatever it is, fails it

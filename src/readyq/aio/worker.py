@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import inspect
 import threading
 import time
 from typing import TYPE_CHECKING, Any
@@ -78,7 +77,7 @@ class _Launcher:
         self.tasks: set[asyncio.Task[None]] = set()
 
     def submit(self, fn: Any, entry: _Running) -> None:
-        if inspect.iscoroutinefunction(entry.spec.fn):
+        if entry.spec.is_async:
             task = asyncio.get_running_loop().create_task(self._worker._aexecute(entry))
             self.tasks.add(task)
             task.add_done_callback(self.tasks.discard)

@@ -336,22 +336,17 @@ def done_values(now: sa.ColumnElement[float], result: Any) -> dict[str, Any]:
 
 
 def claimed_from_row(row: Any, *, before_update: bool = False) -> ClaimedJob:
-    """Build a ClaimedJob from the claim's columns.
+    """Build a ClaimedJob from a row of the claim's columns (``claim_columns``).
 
     ``before_update`` says the row was read before the claim's UPDATE (MySQL), so the
     attempt and the fencing token are one more than read.
     """
-    bump = 1 if before_update else 0
+    if not before_update:
+        return ClaimedJob._make(row)
+    id_, type_, args, attempts, max_attempts, token, group, parent, timeout = row
     return ClaimedJob(
-        id=int(row.id),
-        type=row.type,
-        args_json=row.args,
-        attempt=int(row.attempts) + bump,
-        max_attempts=int(row.max_attempts),
-        lease_token=int(row.lease_token) + bump,
-        group=row.group_key,
-        parent_id=None if row.parent_id is None else int(row.parent_id),
-        timeout=None if row.timeout is None else float(row.timeout),
+        id_, type_, args, int(attempts) + 1, max_attempts, int(token) + 1, group, parent,
+        timeout,
     )
 
 

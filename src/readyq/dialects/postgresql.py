@@ -189,35 +189,36 @@ class PostgresDialect(Dialect):
         rows: Sequence[tuple[int, int, str | None]],
         now: sa.ColumnElement[float],
     ) -> tuple[sa.Update, dict[str, Any]]:
-        """``UPDATE ... FROM unnest(:ids, :tokens, :results)``: three array parameters
-        whatever the batch size, so the text never changes and the server plans it once."""
+        """``UPDATE ... FROM json_to_recordset(:rows)``: the batch travels as one JSON
+        text, so the SQL never changes with its size and the server plans it once. (As
+        arrays, the driver would quote and escape every result on its own.)"""
 
         def build() -> sa.Update:
             j = t.jobs
             src = (
-                sa.func.unnest(
-                    sa.bindparam("d_ids", type_=ARRAY(sa.BigInteger)),
-                    sa.bindparam("d_tokens", type_=ARRAY(sa.BigInteger)),
-                    sa.bindparam("d_results", type_=ARRAY(sa.Text)),
+                sa.func.json_to_recordset(
+                    sa.cast(sa.bindparam("d_rows", type_=sa.Text), sa.JSON)
                 )
-                .table_valued("id", "token", "result")
-                .render_derived(name="done")
+                .table_valued(
+                    sa.column("i", sa.BigInteger),
+                    sa.column("t", sa.BigInteger),
+                    sa.column("r", sa.Text),
+                )
+                .render_derived(name="done", with_types=True)
             )
             return (
                 sa.update(j)
                 .where(
-                    j.c.id == src.c.id,
-                    j.c.lease_token == src.c.token,
+                    j.c.id == src.c.i,
+                    j.c.lease_token == src.c.t,
                     j.c.lease_owner == sa.bindparam("d_owner", type_=sa.String),
                     j.c.state == "running",
                 )
-                .values(done_values(now, src.c.result))
+                .values(done_values(now, src.c.r))
             )
 
         params = {
-            "d_ids": [r[0] for r in rows],
-            "d_tokens": [r[1] for r in rows],
-            "d_results": [r[2] for r in rows],
+            "d_rows": json.dumps([{"i": i, "t": token, "r": result} for i, token, result in rows]),
             "d_owner": owner,
         }
         return self.cached(("done", t.jobs.name), build), params
@@ -311,7 +312,7 @@ class PostgresDialect(Dialect):
         self, conn: Connection, t: Tables, req: ClaimRequest, now: sa.ColumnElement[float]
     ) -> list[ClaimedJob]:
         stmt = self.claim_statement(t, req, now)
-        return [claimed_from_row(row) for row in conn.execute(stmt, req.params())]
+        return [claimed_from_row(row) for row in conn.execute(stmt, req.params()).all()]
 
     # -- one statement per step of a claim ----------------------------------------------
 
@@ -436,7 +437,7 @@ class PostgresDialect(Dialect):
         params["c_groups"] = [r.group for r in requests]
         params["c_limits"] = [r.limit for r in requests]
         stmt = self.cached(("claim_groups", t.jobs.name, first.shape()), build)
-        return [claimed_from_row(row) for row in conn.execute(stmt, params)]
+        return [claimed_from_row(row) for row in conn.execute(stmt, params).all()]
 
     def record_progress(
         self,

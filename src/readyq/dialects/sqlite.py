@@ -135,7 +135,7 @@ class SQLiteDialect(Dialect):
     ) -> list[ClaimedJob]:
         # The caller's transaction began with BEGIN IMMEDIATE (begin_write).
         stmt = self.claim_statement(t, req, now)
-        return [claimed_from_row(row) for row in conn.execute(stmt, req.params())]
+        return [claimed_from_row(row) for row in conn.execute(stmt, req.params()).all()]
 
     def done_update(
         self,
