@@ -137,6 +137,52 @@ class SQLiteDialect(Dialect):
         stmt = self.claim_statement(t, req, now)
         return [claimed_from_row(row) for row in conn.execute(stmt, req.params()).all()]
 
+    def claim_groups(
+        self,
+        conn: Connection,
+        t: Tables,
+        requests: Sequence[ClaimRequest],
+        now: sa.ColumnElement[float],
+    ) -> list[ClaimedJob]:
+        """Every group's claim in one ``UPDATE ... WHERE id IN (SELECT ... LIMIT :n0
+        UNION ALL ...) RETURNING ...``. The write lock (BEGIN IMMEDIATE) is held, so
+        nothing can take a row between the selects and the update."""
+        if len(requests) == 1:
+            return self.claim(conn, t, requests[0], now)
+        first = requests[0]
+        n = len(requests)
+
+        def build() -> sa.Update:
+            j = t.jobs
+            parts = []
+            for i in range(n):
+                head = (
+                    sa.select(j.c.id)
+                    .where(
+                        runnable(
+                            t, now, group=sa.bindparam(f"c_g{i}", type_=sa.String),
+                            types=first.types,
+                        )
+                    )
+                    .order_by(*claim_order(t))
+                    .limit(sa.bindparam(f"c_n{i}", type_=sa.Integer))
+                    .subquery(f"head{i}")
+                )
+                parts.append(sa.select(head.c.id))
+            return (
+                sa.update(j)
+                .where(j.c.id.in_(sa.union_all(*parts)))
+                .values(**lease_values(t, first, now))
+                .returning(*claim_columns(t))
+            )
+
+        params = first.params()
+        for i, req in enumerate(requests):
+            params[f"c_g{i}"] = req.group
+            params[f"c_n{i}"] = req.limit
+        stmt = self.cached(("claim_groups", t.jobs.name, first.shape(), n), build)
+        return [claimed_from_row(row) for row in conn.execute(stmt, params).all()]
+
     def done_update(
         self,
         t: Tables,
