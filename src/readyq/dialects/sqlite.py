@@ -60,6 +60,16 @@ def _pragmas(dbapi_conn: Any, _record: Any) -> None:
     cur.close()
 
 
+class _IdList(sa.types.TypeDecorator[list[int]]):
+    """A list of ids bound as one JSON array (read back by ``json_each``)."""
+
+    impl = sa.Text
+    cache_ok = True
+
+    def process_bind_param(self, value: Any, dialect: Any) -> str:
+        return json.dumps([int(v) for v in value])
+
+
 class SQLiteDialect(Dialect):
     name: ClassVar[str] = "sqlite"
     capabilities: ClassVar[Capabilities] = Capabilities(
@@ -105,6 +115,26 @@ class SQLiteDialect(Dialect):
 
     def is_missing_table(self, exc: BaseException) -> bool:
         return "no such table" in str(getattr(exc, "orig", exc)).lower()
+
+    def ids_match(
+        self, column: sa.ColumnElement[Any], ids: Sequence[int]
+    ) -> sa.ColumnElement[bool]:
+        """``column IN (SELECT value FROM json_each(:ids))``: one parameter, one SQL text
+        whatever the number of ids."""
+        return column.in_(
+            sa.select(sa.column("value")).select_from(
+                sa.func.json_each(sa.bindparam(None, list(ids), type_=_IdList))
+            )
+        )
+
+    def ids_in(self, column: sa.ColumnElement[Any], name: str) -> sa.ColumnElement[bool]:
+        """``column IN (SELECT value FROM json_each(:name))``; the list is bound at
+        execution."""
+        return column.in_(
+            sa.select(sa.column("value")).select_from(
+                sa.func.json_each(sa.bindparam(name, type_=_IdList))
+            )
+        )
 
     def claim_statement(
         self, t: Tables, req: ClaimRequest, now: sa.ColumnElement[float]
