@@ -44,7 +44,7 @@ from readyq.model import (
 )
 from readyq.payload import decode
 from readyq.planning.backoff import retry_delay
-from readyq.planning.fair_share import GroupDemand, account, plan_claims
+from readyq.planning.fair_share import GroupDemand, Progress, account, plan_claims
 from readyq.rates import RateLimit, open_budget
 from readyq.schema import GATE_ID, Tables, build_tables
 from readyq.sql.ready import in_flight_by_group, runnable, runnable_head, state_in
@@ -206,6 +206,11 @@ def _truncate(text: str | None) -> str | None:
         return text
     return text[: MAX_ERROR_CHARS - 20] + "\n... (truncated)"
 
+
+
+def progress_rows(progress: Progress) -> list[tuple[str, float, int]]:
+    """(group, vfinish, served_seq) for each group a claim served."""
+    return [(key, v, progress.served_seq[key]) for key, v in progress.vfinish.items()]
 
 class Store:
     """Transactions over the readyq tables of one prefix."""
@@ -1170,18 +1175,45 @@ class Store:
             )
             for key in dict.fromkeys(plan.picks)
         ]
+        seq = int(gate.seq)
+        recorded: Progress | None = None
+        claimed: list[ClaimedJob] | None = None
         if budget is None:
-            claimed = d.claim_groups(conn, t, requests, now)
+            # Where the database can, the claim also stores the progress the plan
+            # expects; it is corrected below in the rare case that fewer jobs came back
+            # (rows locked by another transaction are skipped).
+            expected = account(plan, plan.claims, demands, vclock, seq)
+            claimed = d.claim_groups_recording(
+                conn, t, requests, now,
+                (progress_rows(expected), expected.vclock, expected.seq),
+            )
+            if claimed is not None:
+                recorded = expected
+            else:
+                claimed = d.claim_groups(conn, t, requests, now)
         else:
             claimed = [c for req in requests for c in budget.claim(conn, t, req, now)]
+        counts: dict[str, int] = Counter(c.group for c in claimed)
+        if recorded is not None:
+            if counts == plan.claims:
+                return claimed
+            # Undo what was recorded for the plan, then record what happened: a planned
+            # group that got nothing goes back to its stored history (a group that had
+            # none, to the clock it would have started from).
+            progress = account(plan, counts, demands, vclock, seq)
+            rows = progress_rows(progress)
+            served = set(progress.vfinish)
+            for key in recorded.vfinish:
+                if key not in served:
+                    rows.append((key, *history.get(key, (vclock, 0))))
+            d.record_progress(conn, t, rows, set(history) | set(recorded.vfinish),
+                              progress.vclock, progress.seq)
+            return claimed
         if not claimed:
             return []
-        counts: dict[str, int] = Counter(c.group for c in claimed)
-        progress = account(plan, counts, demands, vclock, int(gate.seq))
-        rows = [
-            (key, vfinish, progress.served_seq[key]) for key, vfinish in progress.vfinish.items()
-        ]
-        d.record_progress(conn, t, rows, set(history), progress.vclock, progress.seq)
+        progress = account(plan, counts, demands, vclock, seq)
+        d.record_progress(conn, t, progress_rows(progress), set(history), progress.vclock,
+                          progress.seq)
         return claimed
 
     def _in_flight(self, conn: Connection) -> dict[str, tuple[int, int]]:

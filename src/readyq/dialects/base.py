@@ -231,6 +231,20 @@ class Dialect(ABC):
             claimed.extend(self.claim(conn, t, req, now))
         return claimed
 
+    def claim_groups_recording(
+        self,
+        conn: Connection,
+        t: Tables,
+        requests: Sequence[ClaimRequest],
+        now: sa.ColumnElement[float],
+        progress: tuple[Sequence[tuple[str, float, int]], float, int],
+    ) -> list[ClaimedJob] | None:
+        """Claim as :meth:`claim_groups` and, in the same statement, store ``progress``
+        (rows, vclock, seq, as :meth:`record_progress` takes them): the fair-share
+        progress the plan expects if every planned job is claimed. None when the
+        database cannot: the caller then records the progress itself."""
+        return None
+
     def claim_snapshot(
         self,
         conn: Connection,
