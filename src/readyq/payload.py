@@ -30,16 +30,23 @@ def encode(value: Any, *, max_bytes: int, what: str = "args") -> str:
     """Encode ``value`` as compact strict JSON, or raise PayloadNotJSON / PayloadTooLarge."""
     if value is None and max_bytes >= 4:  # what most handlers return
         return "null"
-    if _depth(value, MAX_DEPTH) > MAX_DEPTH:
-        raise PayloadNotJSON(f"{what} are nested deeper than {MAX_DEPTH} levels")
     try:
         text = json.dumps(value, allow_nan=False, separators=(",", ":"), ensure_ascii=False)
     except (TypeError, ValueError) as exc:
         raise PayloadNotJSON(f"{what} are not JSON-serialisable: {exc}") from None
-    try:
-        size = len(text.encode("utf-8"))
-    except UnicodeEncodeError:  # a lone surrogate: not storable as UTF-8 anywhere
-        raise PayloadNotJSON(f"{what} hold a string that is not valid Unicode") from None
+    except RecursionError:
+        raise PayloadNotJSON(f"{what} are nested deeper than {MAX_DEPTH} levels") from None
+    # Each level of nesting takes two characters of the text, so a short text cannot be
+    # too deep: only a long one is walked.
+    if len(text) > 2 * MAX_DEPTH and _depth(value, MAX_DEPTH) > MAX_DEPTH:
+        raise PayloadNotJSON(f"{what} are nested deeper than {MAX_DEPTH} levels")
+    if text.isascii():
+        size = len(text)
+    else:
+        try:
+            size = len(text.encode("utf-8"))
+        except UnicodeEncodeError:  # a lone surrogate: not storable as UTF-8 anywhere
+            raise PayloadNotJSON(f"{what} hold a string that is not valid Unicode") from None
     if size > max_bytes:
         raise PayloadTooLarge(f"{what} take {size} bytes as JSON, over the limit of {max_bytes}")
     return text

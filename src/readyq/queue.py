@@ -119,8 +119,11 @@ def _duration(value: float | timedelta | None, what: str) -> float | None:
         raise ConfigurationError(str(exc)) from None
 
 
-def _key(value: Any, what: str, error: type[InvalidJobOption] = InvalidJobOption) -> str:
-    problem = key_problem(value)
+def _key(
+    value: Any, what: str, error: type[InvalidJobOption] = InvalidJobOption,
+    *, remember: bool = False,
+) -> str:
+    problem = key_problem(value, remember=remember)
     if problem is not None:
         raise error(f"{what} {problem}: {value!r}")
     return str(value)
@@ -420,13 +423,13 @@ class Queue:
         unique_key: str | None = None,
     ) -> NewJob:
         self._check_open()
-        _key(type, "job type")
+        _key(type, "job type", remember=True)
         if not is_container and self._handlers and type not in self._handlers:
             raise UnknownJobType(
                 f"no handler for job type {type!r} on this queue "
                 f"(registered: {', '.join(sorted(self._handlers))})"
             )
-        _key(group, "group")
+        _key(group, "group", remember=True)
         if isinstance(weight, bool) or not isinstance(weight, int) or not 1 <= weight <= MAX_WEIGHT:
             raise InvalidWeight(f"weight must be an int from 1 to {MAX_WEIGHT}, not {weight!r}")
         if (

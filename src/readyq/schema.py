@@ -55,11 +55,24 @@ MYSQL_DIALECTS = ("mysql", "mariadb")
 MAX_KEY_CHARS = 200
 
 
-def key_problem(value: object) -> str | None:
+def key_problem(value: object, *, remember: bool = False) -> str | None:
     """Why ``value`` cannot be a key (job type, group, unique key, rate limit name), or
-    None if it can."""
+    None if it can. With ``remember``, a good key is remembered (a few thousand at most)
+    and not checked again: job types and groups repeat across a batch."""
+    if type(value) is str and value in _good_keys:
+        return None
     if not isinstance(value, str) or not value or len(value) > MAX_KEY_CHARS:
         return f"must be a non-empty string of at most {MAX_KEY_CHARS} characters"
+    problem = _str_key_problem(value)
+    if remember and problem is None and type(value) is str and len(_good_keys) < 4096:
+        _good_keys.add(value)
+    return problem
+
+
+_good_keys: set[str] = set()
+
+
+def _str_key_problem(value: str) -> str | None:
     if "\x00" in value:  # PostgreSQL text cannot hold NUL; refuse it on every database
         return "must not contain NUL characters"
     # MySQL/MariaDB collations are PAD SPACE ('a' = 'a '): a key with edge whitespace
