@@ -1090,7 +1090,6 @@ class Store:
         rate_limits: Mapping[str, RateLimit] | None = None,
     ) -> list[ClaimedJob]:
         t = self.tables
-        g = t.groups
         d = self.dialect
         if self.on_claim_transaction is not None:
             self.on_claim_transaction(conn)
@@ -1105,7 +1104,7 @@ class Store:
         if gate is None:
             raise SchemaNotFound("the readyq gate row is missing: call Queue.create_schema()")
         now = self.now()
-        history: dict[str, tuple[float, int]] | None = None
+        history: dict[str, tuple[float, int]]
         # Rate limits may narrow the types after the in-flight count: read step by step.
         snapshot = None if rate_limits else d.claim_snapshot(conn, t, now, types, cap)
         if snapshot is not None:
@@ -1125,7 +1124,9 @@ class Store:
             # Runnable jobs per group, counted only up to the cap, for the groups a skip
             # scan of the ready index finds: the cost follows the number of groups, not
             # the backlog.
-            ready = self._runnable_counts(conn, d.ready_groups(conn, t), now, types, cap)
+            ready, history = self._runnable_counts(
+                conn, d.ready_groups(conn, t), now, types, cap
+            )
         if not ready:
             return []
         if len(set(ready) | set(flight)) == 1:
@@ -1141,17 +1142,6 @@ class Store:
                 ),
                 now,
             )
-        if history is None:
-            histories = d.cached(
-                ("histories", g.name),
-                lambda: sa.select(g).where(
-                    g.c.group_key.in_(sa.bindparam("keys", expanding=True))
-                ),
-            )
-            history = {
-                r.group_key: (float(r.vfinish), int(r.served_seq))
-                for r in conn.execute(histories, {"keys": sorted(ready)})
-            }
         demands = []
         for key in sorted(set(ready) | set(flight)):
             n_ready, w_ready = ready.get(key, (0, 0))
@@ -1232,9 +1222,11 @@ class Store:
         now: sa.ColumnElement[float],
         types: Sequence[str] | None,
         cap: int,
-    ) -> dict[str, tuple[int, int]]:
-        """group -> (runnable jobs counted up to ``cap``, their largest weight)."""
+    ) -> tuple[dict[str, tuple[int, int]], dict[str, tuple[float, int]]]:
+        """group -> (runnable jobs counted up to ``cap``, their largest weight), and the
+        fair-share history of those groups, read in the same statement."""
         j = self.tables.jobs
+        g = self.tables.groups
         d = self.dialect
         shape = None if types is None else tuple(types)
 
@@ -1249,11 +1241,20 @@ class Store:
                         sa.literal(i).label("i"),
                         sa.func.count().label("n"),
                         sa.func.max(head.c.weight).label("w"),
+                        sa.select(g.c.vfinish)
+                        .where(g.c.group_key == key)
+                        .scalar_subquery()
+                        .label("vfinish"),
+                        sa.select(g.c.served_seq)
+                        .where(g.c.group_key == key)
+                        .scalar_subquery()
+                        .label("served_seq"),
                     ).select_from(head)
                 )
             return parts[0] if n == 1 else sa.union_all(*parts)
 
         out: dict[str, tuple[int, int]] = {}
+        history: dict[str, tuple[float, int]] = {}
         for start in range(0, len(groups), 100):
             chunk = groups[start : start + 100]
             n = len(chunk)
@@ -1261,9 +1262,12 @@ class Store:
             params: dict[str, Any] = {f"g{i}": key for i, key in enumerate(chunk)}
             params["cap"] = cap
             for r in conn.execute(stmt, params):
+                key = chunk[int(r.i)]
                 if int(r.n):
-                    out[chunk[int(r.i)]] = (int(r.n), int(r.w))
-        return out
+                    out[key] = (int(r.n), int(r.w))
+                if r.vfinish is not None:
+                    history[key] = (float(r.vfinish), int(r.served_seq))
+        return out, history
 
     # -- fenced writes ------------------------------------------------------------------
 
