@@ -38,17 +38,24 @@ def _trace_api() -> Any:
     return _api or None
 
 
+def spans_enabled() -> bool:
+    """Whether an attempt gets a real span: the API is installed and an SDK's tracer
+    provider is set. Until then the API's spans are no-ops that still cost several
+    microseconds each, so none is made (the check follows a provider set later)."""
+    trace = _trace_api()
+    return trace is not None and not isinstance(
+        trace.get_tracer_provider(), (trace.ProxyTracerProvider, trace.NoOpTracerProvider)
+    )
+
+
 @contextlib.contextmanager
 def attempt_span(job: ClaimedJob) -> Iterator[Any]:
-    """Run the block inside the attempt's span; yield the span (None without the API)."""
-    trace = _trace_api()
-    # Until an SDK's provider is installed the API's spans are no-ops that still cost
-    # several microseconds each: skip them (the check follows a provider set later).
-    if trace is None or isinstance(
-        trace.get_tracer_provider(), (trace.ProxyTracerProvider, trace.NoOpTracerProvider)
-    ):
+    """Run the block inside the attempt's span; yield the span (None when spans are not
+    enabled, see :func:`spans_enabled`)."""
+    if not spans_enabled():
         yield None
         return
+    trace = _trace_api()
     from readyq import __version__
 
     tracer = trace.get_tracer(TRACER_NAME, __version__)

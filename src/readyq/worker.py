@@ -31,7 +31,7 @@ from readyq.payload import decode, encode
 from readyq.planning.backoff import retry_delay
 from readyq.planning.limits import Limits, current_cap, normalize
 from readyq.store import Lease, Outcome
-from readyq.tracing import attempt_span, mark_failed
+from readyq.tracing import attempt_span, mark_failed, spans_enabled
 from readyq.transient import BACKOFF_MAX, describe, is_transient, next_backoff
 
 if TYPE_CHECKING:
@@ -114,6 +114,16 @@ class _HandlerPool:
     def submit(self, fn: Callable[[Any], None], arg: Any) -> None:
         with self._lock:
             self._tasks.append((fn, arg))
+            if self._seeking == 0:
+                self._wake_one()
+
+    def submit_many(self, fn: Callable[[Any], None], args: list[Any]) -> None:
+        """Queue ``fn(arg)`` for each arg under one lock; the chain of wake-ups starts
+        with one thread, as for a single task."""
+        if not args:
+            return
+        with self._lock:
+            self._tasks.extend((fn, arg) for arg in args)
             if self._seeking == 0:
                 self._wake_one()
 
@@ -601,10 +611,14 @@ class Worker:
 
     def _launch(self, claimed: list[ClaimedJob], lease_until: float) -> None:
         self.stats.claimed += len(claimed)
-        for c in claimed:
-            self._start(c, lease_until)
+        entries = [self._entry(c, lease_until) for c in claimed]
+        self._pool.submit_many(self._execute, entries)
 
     def _start(self, c: ClaimedJob, lease_until: float = float("inf")) -> None:
+        self._pool.submit(self._execute, self._entry(c, lease_until))
+
+    def _entry(self, c: ClaimedJob, lease_until: float) -> _Running:
+        """Register a claimed attempt as running here (its handler not yet started)."""
         spec = self.handlers[c.type]
         job = Job(
             id=c.id,
@@ -629,27 +643,34 @@ class Worker:
                             "worker_id": self.worker_id})
         if self.observers:
             self.observers.emit("on_started", job)
-        self._pool.submit(self._execute, entry)
+        return entry
 
     def _execute(self, entry: _Running) -> None:
-        c, job, spec = entry.claimed, entry.job, entry.spec
-        outcome: Outcome
         began = time.monotonic()
         if self._too_late(entry, began):
             return
-        with attempt_span(c) as span:
-            try:
-                prepare_job(job, spec)
-                value = asyncio.run(spec.fn(job)) if spec.is_async else spec.fn(job)
-                outcome = done_outcome(c, value, self.queue.max_payload_bytes, spec,
-                                       duration=time.monotonic() - began)
-            except BaseException as exc:  # a handler's failure, whatever it is, fails it
-                mark_failed(span, exc)
-                outcome = failed_outcome(c, job, spec, exc, duration=time.monotonic() - began)
-                if not isinstance(exc, Exception):
-                    self._report(outcome)
-                    raise
+        if spans_enabled():
+            with attempt_span(entry.claimed) as span:
+                outcome = self._attempt(entry, began, span)
+        else:  # no span to open: spare every attempt the context manager
+            outcome = self._attempt(entry, began, None)
         self._report(outcome)
+
+    def _attempt(self, entry: _Running, began: float, span: Any) -> Outcome:
+        """Run the handler; the attempt's outcome, whatever the handler did."""
+        c, job, spec = entry.claimed, entry.job, entry.spec
+        try:
+            prepare_job(job, spec)
+            value = asyncio.run(spec.fn(job)) if spec.is_async else spec.fn(job)
+            return done_outcome(c, value, self.queue.max_payload_bytes, spec,
+                                duration=time.monotonic() - began)
+        except BaseException as exc:  # a handler's failure, whatever it is, fails it
+            mark_failed(span, exc)
+            outcome = failed_outcome(c, job, spec, exc, duration=time.monotonic() - began)
+            if not isinstance(exc, Exception):
+                self._report(outcome)
+                raise
+            return outcome
 
     def _too_late(self, entry: _Running, now: float) -> bool:
         """True (and the job handed back) when the lease may have expired before the

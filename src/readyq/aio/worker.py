@@ -84,6 +84,15 @@ class _Launcher:
         else:
             self._threads.submit(fn, entry)
 
+    def submit_many(self, fn: Any, entries: list[_Running]) -> None:
+        threaded = []
+        for entry in entries:
+            if entry.spec.is_async:
+                self.submit(fn, entry)
+            else:
+                threaded.append(entry)
+        self._threads.submit_many(fn, threaded)
+
     def shutdown(self) -> None:
         self._threads.shutdown()
 
