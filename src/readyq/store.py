@@ -1093,6 +1093,14 @@ class Store:
         d = self.dialect
         if self.on_claim_transaction is not None:
             self.on_claim_transaction(conn)
+        now = self.now()
+        # Where the database reads them in one statement, the runnable counts are read
+        # before the gate row is locked: they only shape the plan, and every other claim
+        # waits while the lock is held. (Rate limits may narrow the types after the
+        # in-flight count: those claims read step by step.)
+        early = None if rate_limits else d.ready_counts(conn, t, now, types, cap)
+        if early is not None and not early:
+            return []
         gate = conn.execute(
             d.cached(
                 ("gate", t.gate.name),
@@ -1103,12 +1111,10 @@ class Store:
         ).first()
         if gate is None:
             raise SchemaNotFound("the readyq gate row is missing: call Queue.create_schema()")
-        now = self.now()
         history: dict[str, tuple[float, int]]
-        # Rate limits may narrow the types after the in-flight count: read step by step.
-        snapshot = None if rate_limits else d.claim_snapshot(conn, t, now, types, cap)
-        if snapshot is not None:
-            flight, ready, history = snapshot
+        if early is not None:
+            ready = early
+            flight, history = d.flight_and_history(conn, t, sorted(ready))
         else:
             flight = self._in_flight(conn)
         total_in_flight = sum(n for n, _ in flight.values())
@@ -1120,7 +1126,7 @@ class Store:
             if not types:
                 return []
         claim = d.claim if budget is None else budget.claim
-        if snapshot is None:
+        if early is None:
             # Runnable jobs per group, counted only up to the cap, for the groups a skip
             # scan of the ready index finds: the cost follows the number of groups, not
             # the backlog.

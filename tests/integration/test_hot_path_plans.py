@@ -7,8 +7,8 @@ index only serves a query whose own terms imply the index's predicate: a bound
 keeps it that way. The jobs table holds thousands of finished, waiting and ready rows,
 so that a full scan would be the cheaper plan nowhere.
 
-On PostgreSQL the claim's snapshot is also run under EXPLAIN (ANALYZE, BUFFERS) with a
-shallow and a deep ready backlog: the pages it touches must not grow with the backlog
+On PostgreSQL the claim's runnable counts are also run under EXPLAIN (ANALYZE, BUFFERS)
+with a shallow and a deep ready backlog: the pages it touches must not grow with the backlog
 (an index that begins with a column its predicate fixes cannot seek on the next one).
 """
 
@@ -129,7 +129,7 @@ def test_a_worker_tick_reads_jobs_through_indexes(
 
 
 def snapshot_buffers(queue: readyq.Queue) -> int:
-    """Shared buffers the claim's snapshot touches on PostgreSQL."""
+    """Shared buffers the claim's runnable counts touch on PostgreSQL."""
     store = queue._store
     dialect, t = store.dialect, store.tables
     captured: list[tuple[str, Any]] = []
@@ -142,7 +142,7 @@ def snapshot_buffers(queue: readyq.Queue) -> int:
     sa.event.listen(queue.engine, "before_cursor_execute", record)
     try:
         with queue.engine.connect() as conn:
-            dialect.claim_snapshot(conn, t, store.now(), ["t"], 100)
+            dialect.ready_counts(conn, t, store.now(), ["t"], 100)
     finally:
         sa.event.remove(queue.engine, "before_cursor_execute", record)
     ((sql, params),) = captured
@@ -153,13 +153,13 @@ def snapshot_buffers(queue: readyq.Queue) -> int:
     return sum(int(n) for n in re.findall(r"(?:hit|read)=(\d+)", top))
 
 
-def test_postgresql_claim_snapshot_does_not_grow_with_the_ready_backlog(
+def test_postgresql_ready_counts_do_not_grow_with_the_ready_backlog(
     queue: readyq.Queue, dialect_name: str
 ) -> None:
     if dialect_name != "postgresql":
         import pytest
 
-        pytest.skip("the snapshot statement and EXPLAIN BUFFERS are PostgreSQL's")
+        pytest.skip("the one-statement ready counts and EXPLAIN BUFFERS are PostgreSQL's")
     bulk(queue, "ready", 2000)
     analyze(queue, dialect_name)
     shallow = snapshot_buffers(queue)

@@ -245,28 +245,30 @@ class Dialect(ABC):
         database cannot: the caller then records the progress itself."""
         return None
 
-    def claim_snapshot(
+    def ready_counts(
         self,
         conn: Connection,
         t: Tables,
         now: sa.ColumnElement[float],
         types: Sequence[str] | None,
         cap: int,
-    ) -> (
-        tuple[
-            dict[str, tuple[int, int]],
-            dict[str, tuple[int, int]],
-            dict[str, tuple[float, int]],
-        ]
-        | None
-    ):
-        """What a claim plans from, read at once where the database allows it: in-flight
-        (count, weight) per group, runnable (count up to ``cap``, weight) per group and
-        the fair-share history (vfinish, served_seq) of the runnable groups.
+    ) -> dict[str, tuple[int, int]] | None:
+        """Runnable (count up to ``cap``, largest weight) per group, read in one statement
+        before the gate row is locked, where the database allows it. These counts only
+        shape the plan (a claim skips rows taken since); the cap is decided from the
+        in-flight counts, read after the lock (:meth:`flight_and_history`).
 
-        None means: read it with the portable statements, one by one.
+        None means: read everything after the lock with the portable statements.
         """
         return None
+
+    def flight_and_history(
+        self, conn: Connection, t: Tables, groups: Sequence[str]
+    ) -> tuple[dict[str, tuple[int, int]], dict[str, tuple[float, int]]]:
+        """In-flight (count, largest weight) per group and the fair-share history
+        (vfinish, served_seq) of ``groups``, read after the gate row is locked. Only
+        called where :meth:`ready_counts` is implemented."""
+        raise NotImplementedError
 
     def record_progress(
         self,

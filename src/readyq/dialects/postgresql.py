@@ -316,27 +316,19 @@ class PostgresDialect(Dialect):
 
     # -- one statement per step of a claim ----------------------------------------------
 
-    def claim_snapshot(
+    def ready_counts(
         self,
         conn: Connection,
         t: Tables,
         now: sa.ColumnElement[float],
         types: Sequence[str] | None,
         cap: int,
-    ) -> tuple[
-        dict[str, tuple[int, int]], dict[str, tuple[int, int]], dict[str, tuple[float, int]]
-    ]:
-        """In-flight counts, runnable counts and fair-share history in one round trip.
-
-        A recursive skip scan walks the ready index from group to group; a LATERAL
-        subquery counts each group's runnable head up to the cap, and the group's history
-        rides along by a join. The in-flight counts are a UNION ALL of the state index.
-        It runs after the gate row is locked, so at READ COMMITTED it sees every claim
-        committed before.
-        """
+    ) -> dict[str, tuple[int, int]] | None:
+        """One statement: a recursive skip scan walks the ready index from group to
+        group, and a LATERAL subquery counts each group's runnable head up to the cap.
+        It runs before the gate lock, so the other claims do not wait for it."""
 
         def build() -> sa.Select[Any]:
-            g = t.groups
             walk = ready_group_walk(t)
             cap_param = sa.bindparam("cap", type_=sa.Integer)
             head = (
@@ -349,39 +341,46 @@ class PostgresDialect(Dialect):
                 .select_from(head)
                 .lateral("counts")
             )
-            ready = (
-                sa.select(
-                    sa.literal(True).label("ready"),
-                    walk.c.k.label("group_key"),
-                    counts.c.n,
-                    counts.c.w,
-                    g.c.vfinish,
-                    g.c.served_seq,
-                )
-                .select_from(
-                    walk.join(counts, sa.true()).outerjoin(g, g.c.group_key == walk.c.k)
-                )
+            return (
+                sa.select(walk.c.k, counts.c.n, counts.c.w)
+                .select_from(walk.join(counts, sa.true()))
                 .where(walk.c.k.is_not(None), counts.c.n > 0)
             )
+
+        key = ("ready_counts", t.jobs.name, None if types is None else tuple(types))
+        return {
+            r[0]: (int(r[1]), int(r[2]))
+            for r in conn.execute(self.cached(key, build), {"cap": cap}).all()
+        }
+
+    def flight_and_history(
+        self, conn: Connection, t: Tables, groups: Sequence[str]
+    ) -> tuple[dict[str, tuple[int, int]], dict[str, tuple[float, int]]]:
+        """One statement: the in-flight counts (a range of the state index) and the
+        groups' history rows, by ``UNION ALL``. At READ COMMITTED, run after the gate row
+        is locked, it sees every claim committed before."""
+
+        def build() -> sa.CompoundSelect[Any]:
+            g = t.groups
             counted = in_flight_by_group(t, *IN_FLIGHT_STATES).subquery("in_flight")
             flight = sa.select(
-                sa.literal(False), counted.c.group_key, counted.c.n, counted.c.w,
-                sa.null(), sa.null(),
+                sa.literal(False).label("history"), counted.c.group_key,
+                sa.cast(counted.c.n, sa.Double).label("a"), counted.c.w.label("b"),
             )
-            return sa.union_all(ready, flight)  # type: ignore[return-value]
+            history = sa.select(
+                sa.literal(True), g.c.group_key, g.c.vfinish, g.c.served_seq
+            ).where(g.c.group_key == sa.any_(sa.bindparam("keys", type_=ARRAY(sa.String))))
+            return sa.union_all(flight, history)
 
-        key = ("claim_snapshot", t.jobs.name, None if types is None else tuple(types))
         flight: dict[str, tuple[int, int]] = {}
-        ready: dict[str, tuple[int, int]] = {}
         history: dict[str, tuple[float, int]] = {}
-        for r in conn.execute(self.cached(key, build), {"cap": cap}):
+        stmt = self.cached(("flight_and_history", t.jobs.name), build)
+        for r in conn.execute(stmt, {"keys": list(groups)}).all():
             if r[0]:
-                ready[r[1]] = (int(r[2]), int(r[3]))
-                if r[4] is not None:
-                    history[r[1]] = (float(r[4]), int(r[5]))
+                history[r[1]] = (float(r[2]), int(r[3]))
             else:
                 flight[r[1]] = (int(r[2]), int(r[3]))
-        return flight, ready, history
+        return flight, history
 
     def claim_groups(
         self,
