@@ -208,6 +208,14 @@ def _truncate(text: str | None) -> str | None:
 
 
 
+
+def _no_jobs() -> list[ClaimedJob]:
+    return []
+
+
+def _jobs(jobs: list[ClaimedJob]) -> Callable[[], list[ClaimedJob]]:
+    return lambda: jobs
+
 def progress_rows(progress: Progress) -> list[tuple[str, float, int]]:
     """(group, vfinish, served_seq) for each group a claim served."""
     return [(key, v, progress.served_seq[key]) for key, v in progress.vfinish.items()]
@@ -290,17 +298,21 @@ class Store:
         connection: Connection | None = None,
         idempotent: bool = True,
         what: str = "write",
+        after_commit: Callable[[T], T] | None = None,
     ) -> T:
         """Run ``unit`` in one write transaction, committed here, retried when safe.
 
         With ``connection`` the unit runs inside the caller's transaction: nothing is
         begun, committed or retried here. When ``idempotent`` is False a failure during
         COMMIT is raised rather than retried, since the first commit may have landed.
+        ``after_commit`` maps the unit's result once committed, the connection still
+        open (to read a result the unit left in the driver).
         """
         engine, dialect = self._ensure()
         if connection is not None:
             try:
-                return unit(connection)
+                out = unit(connection)
+                return out if after_commit is None else after_commit(out)
             except sa.exc.DBAPIError as exc:
                 self._translate(exc)
                 raise
@@ -316,7 +328,8 @@ class Store:
                         out = unit(conn)
                         committing = True
                         conn.commit()
-                        return out
+                        committing = False
+                        return out if after_commit is None else after_commit(out)
                     except Exception as exc:
                         _discard_if_broken(conn, exc)
                         raise
@@ -1047,11 +1060,11 @@ class Store:
         once, so that ``leased`` never needs a commit of its own.
         """
 
-        def unit(conn: Connection) -> tuple[dict[int, bool], list[ClaimedJob]]:
+        def unit(conn: Connection) -> tuple[dict[int, bool], Callable[[], list[ClaimedJob]]]:
             applied = self._finish(conn, owner, outcomes) if outcomes else {}
-            claimed: list[ClaimedJob] = []
+            claimed = _no_jobs
             if cap > 0 and limit > 0:
-                claimed = self._claim(
+                claimed = self._claim_deferred(
                     conn, owner, cap, limit, ttl, types, start, rate_limits
                 )
             return applied, claimed
@@ -1063,7 +1076,11 @@ class Store:
             # reads the ready index without a lock: only a worker that sees a runnable
             # job opens a claim transaction and waits for the gate.
             return {}, []
-        return self.write(unit, what="cycle")
+        # The claimed rows are read once committed: the gate row is released sooner.
+        applied, claimed = self.write(
+            unit, what="cycle", after_commit=lambda out: (out[0], out[1]())
+        )
+        return applied, claimed  # type: ignore[return-value]
 
     def runnable_exists(self, types: Sequence[str] | None) -> bool:
         """Whether any job of ``types`` is runnable now: one lock-free read."""
@@ -1089,6 +1106,21 @@ class Store:
         start: Mapping[str, tuple[float | None, bool]] | None = None,
         rate_limits: Mapping[str, RateLimit] | None = None,
     ) -> list[ClaimedJob]:
+        return self._claim_deferred(conn, owner, cap, limit, ttl, types, start, rate_limits)()
+
+    def _claim_deferred(
+        self,
+        conn: Connection,
+        owner: str,
+        cap: int,
+        limit: int,
+        ttl: float,
+        types: Sequence[str] | None,
+        start: Mapping[str, tuple[float | None, bool]] | None = None,
+        rate_limits: Mapping[str, RateLimit] | None = None,
+    ) -> Callable[[], list[ClaimedJob]]:
+        """The claim; returns a function that reads the claimed jobs, which may be called
+        after the transaction commits (see ``Dialect.claim_groups_recording``)."""
         t = self.tables
         d = self.dialect
         if self.on_claim_transaction is not None:
@@ -1100,7 +1132,7 @@ class Store:
         # in-flight count: those claims read step by step.)
         early = None if rate_limits else d.ready_counts(conn, t, now, types, cap)
         if early is not None and not early:
-            return []
+            return _no_jobs
         gate = conn.execute(
             d.cached(
                 ("gate", t.gate.name),
@@ -1119,12 +1151,12 @@ class Store:
             flight = self._in_flight(conn)
         total_in_flight = sum(n for n, _ in flight.values())
         if cap - total_in_flight <= 0:
-            return []
+            return _no_jobs
         budget = open_budget(self, conn, rate_limits, types, min(limit, cap - total_in_flight))
         if budget is not None:
             types = budget.allowed(types or ())
             if not types:
-                return []
+                return _no_jobs
         claim = d.claim if budget is None else budget.claim
         if early is None:
             # Runnable jobs per group, counted only up to the cap, for the groups a skip
@@ -1134,19 +1166,22 @@ class Store:
                 conn, d.ready_groups(conn, t), now, types, cap
             )
         if not ready:
-            return []
+            return _no_jobs
         if len(set(ready) | set(flight)) == 1:
             # One group alone has nothing to share with: claim for it directly and leave
             # the fair-share clocks as they are (a group that joins later starts level).
             (key,) = ready
             limit = min(limit, cap - total_in_flight)
-            return claim(
-                conn,
-                t,
-                ClaimRequest(
-                    owner=owner, group=key, limit=limit, ttl=ttl, types=types, start=start
-                ),
-                now,
+            return _jobs(
+                claim(
+                    conn,
+                    t,
+                    ClaimRequest(
+                        owner=owner, group=key, limit=limit, ttl=ttl, types=types,
+                        start=start,
+                    ),
+                    now,
+                )
             )
         demands = []
         for key in sorted(set(ready) | set(flight)):
@@ -1173,26 +1208,30 @@ class Store:
         ]
         seq = int(gate.seq)
         recorded: Progress | None = None
-        claimed: list[ClaimedJob] | None = None
+        claimed: list[ClaimedJob]
         if budget is None:
             # Where the database can, the claim also stores the progress the plan
             # expects; it is corrected below in the rare case that fewer jobs came back
             # (rows locked by another transaction are skipped).
             expected = account(plan, plan.claims, demands, vclock, seq)
-            claimed = d.claim_groups_recording(
+            got = d.claim_groups_recording(
                 conn, t, requests, now,
                 (progress_rows(expected), expected.vclock, expected.seq),
             )
-            if claimed is not None:
+            if got is not None:
+                n, read = got
+                if n == sum(plan.claims.values()):
+                    # Each group got at most what was planned for it, so every group got
+                    # all of it: the rows can wait for the commit.
+                    return read
                 recorded = expected
+                claimed = read()
             else:
                 claimed = d.claim_groups(conn, t, requests, now)
         else:
             claimed = [c for req in requests for c in budget.claim(conn, t, req, now)]
         counts: dict[str, int] = Counter(c.group for c in claimed)
         if recorded is not None:
-            if counts == plan.claims:
-                return claimed
             # Undo what was recorded for the plan, then record what happened: a planned
             # group that got nothing goes back to its stored history (a group that had
             # none, to the clock it would have started from).
@@ -1204,13 +1243,13 @@ class Store:
                     rows.append((key, *history.get(key, (vclock, 0))))
             d.record_progress(conn, t, rows, set(history) | set(recorded.vfinish),
                               progress.vclock, progress.seq)
-            return claimed
+            return _jobs(claimed)
         if not claimed:
-            return []
+            return _no_jobs
         progress = account(plan, counts, demands, vclock, seq)
         d.record_progress(conn, t, progress_rows(progress), set(history), progress.vclock,
                           progress.seq)
-        return claimed
+        return _jobs(claimed)
 
     def _in_flight(self, conn: Connection) -> dict[str, tuple[int, int]]:
         """group -> (jobs in flight, their largest weight): a range of the state index,

@@ -55,7 +55,14 @@ class _BoundStore(Store):
         connection: Connection | None = None,
         idempotent: bool = True,
         what: str = "write",
+        after_commit: Callable[[T], T] | None = None,
     ) -> T:
+        if after_commit is not None:  # applied inside the transaction here, before COMMIT
+            inner, then = unit, after_commit
+
+            def unit(conn: Connection) -> T:
+                return then(inner(conn))
+
         if connection is not None:  # the caller's transaction, already inside run_sync
             return super().write(unit, connection=connection, idempotent=idempotent, what=what)
         return await_only(self._outer.write(unit, idempotent=idempotent, what=what))

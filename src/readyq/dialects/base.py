@@ -238,11 +238,14 @@ class Dialect(ABC):
         requests: Sequence[ClaimRequest],
         now: sa.ColumnElement[float],
         progress: tuple[Sequence[tuple[str, float, int]], float, int],
-    ) -> list[ClaimedJob] | None:
+    ) -> tuple[int, Callable[[], list[ClaimedJob]]] | None:
         """Claim as :meth:`claim_groups` and, in the same statement, store ``progress``
         (rows, vclock, seq, as :meth:`record_progress` takes them): the fair-share
         progress the plan expects if every planned job is claimed. None when the
-        database cannot: the caller then records the progress itself."""
+        database cannot: the caller then records the progress itself.
+
+        Returns the number of jobs claimed and a function that reads them: the rows
+        need not be read before the commit that releases the gate row."""
         return None
 
     def ready_counts(

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import json
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, ClassVar
 
 import sqlalchemy as sa
@@ -403,11 +403,12 @@ class PostgresDialect(Dialect):
         requests: Sequence[ClaimRequest],
         now: sa.ColumnElement[float],
         progress: tuple[Sequence[tuple[str, float, int]], float, int],
-    ) -> list[ClaimedJob] | None:
+    ) -> tuple[int, Callable[[], list[ClaimedJob]]] | None:
         """The claim of :meth:`claim_groups` with the upsert of the groups' progress and
         the gate's update as two more CTEs: one round trip fewer while the gate row is
-        held."""
-        return self._claim_groups(conn, t, requests, now, progress)
+        held. The claimed rows stay in the driver's result until read."""
+        result = self._claim_groups_result(conn, t, requests, now, progress)
+        return result.rowcount, lambda: [claimed_from_row(row) for row in result.all()]
 
     def _claim_groups(
         self,
@@ -417,6 +418,17 @@ class PostgresDialect(Dialect):
         now: sa.ColumnElement[float],
         progress: tuple[Sequence[tuple[str, float, int]], float, int] | None,
     ) -> list[ClaimedJob]:
+        result = self._claim_groups_result(conn, t, requests, now, progress)
+        return [claimed_from_row(row) for row in result.all()]
+
+    def _claim_groups_result(
+        self,
+        conn: Connection,
+        t: Tables,
+        requests: Sequence[ClaimRequest],
+        now: sa.ColumnElement[float],
+        progress: tuple[Sequence[tuple[str, float, int]], float, int] | None,
+    ) -> sa.CursorResult[Any]:
         first = requests[0]
 
         def build() -> sa.Update:
@@ -465,8 +477,7 @@ class PostgresDialect(Dialect):
         if progress is not None:
             params.update(self._progress_params(*progress))
         key = ("claim_groups", t.jobs.name, first.shape(), progress is not None)
-        stmt = self.cached(key, build)
-        return [claimed_from_row(row) for row in conn.execute(stmt, params).all()]
+        return conn.execute(self.cached(key, build), params)
 
     @staticmethod
     def _progress_ctes(t: Tables) -> tuple[sa.CTE, sa.CTE]:
