@@ -1131,6 +1131,12 @@ class Store:
         # waits while the lock is held. (Rate limits may narrow the types after the
         # in-flight count: those claims read step by step.)
         early = None if rate_limits else d.ready_counts(conn, t, now, types, cap)
+        if early is None and not rate_limits and d.capabilities.skip_locked:
+            # The portable reads, for a database whose claims lock rows rather than the
+            # whole database: the same split, in two statements.
+            early, _ = self._runnable_counts(
+                conn, d.ready_groups(conn, t), now, types, cap, with_history=False
+            )
         if early is not None and not early:
             return _no_jobs
         gate = conn.execute(
@@ -1267,9 +1273,12 @@ class Store:
         now: sa.ColumnElement[float],
         types: Sequence[str] | None,
         cap: int,
+        *,
+        with_history: bool = True,
     ) -> tuple[dict[str, tuple[int, int]], dict[str, tuple[float, int]]]:
-        """group -> (runnable jobs counted up to ``cap``, their largest weight), and the
-        fair-share history of those groups, read in the same statement."""
+        """group -> (runnable jobs counted up to ``cap``, their largest weight), and (with
+        ``with_history``) the fair-share history of those groups, read in the same
+        statement."""
         j = self.tables.jobs
         g = self.tables.groups
         d = self.dialect
@@ -1281,11 +1290,13 @@ class Store:
                 key = sa.bindparam(f"g{i}", type_=j.c.group_key.type)
                 cap_param = sa.bindparam("cap", type_=sa.Integer)
                 head = runnable_head(self.tables, now, key, types, cap_param).subquery()
-                parts.append(
-                    sa.select(
-                        sa.literal(i).label("i"),
-                        sa.func.count().label("n"),
-                        sa.func.max(head.c.weight).label("w"),
+                columns: list[Any] = [
+                    sa.literal(i).label("i"),
+                    sa.func.count().label("n"),
+                    sa.func.max(head.c.weight).label("w"),
+                ]
+                if with_history:
+                    columns += [
                         sa.select(g.c.vfinish)
                         .where(g.c.group_key == key)
                         .scalar_subquery()
@@ -1294,8 +1305,8 @@ class Store:
                         .where(g.c.group_key == key)
                         .scalar_subquery()
                         .label("served_seq"),
-                    ).select_from(head)
-                )
+                    ]
+                parts.append(sa.select(*columns).select_from(head))
             return parts[0] if n == 1 else sa.union_all(*parts)
 
         out: dict[str, tuple[int, int]] = {}
@@ -1303,14 +1314,16 @@ class Store:
         for start in range(0, len(groups), 100):
             chunk = groups[start : start + 100]
             n = len(chunk)
-            stmt = d.cached(("runnable_counts", j.name, shape, n), lambda n=n: build(n))
+            stmt = d.cached(
+                ("runnable_counts", j.name, shape, n, with_history), lambda n=n: build(n)
+            )
             params: dict[str, Any] = {f"g{i}": key for i, key in enumerate(chunk)}
             params["cap"] = cap
             for r in conn.execute(stmt, params):
                 key = chunk[int(r.i)]
                 if int(r.n):
                     out[key] = (int(r.n), int(r.w))
-                if r.vfinish is not None:
+                if with_history and r.vfinish is not None:
                     history[key] = (float(r.vfinish), int(r.served_seq))
         return out, history
 

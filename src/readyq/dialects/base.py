@@ -16,9 +16,9 @@ from typing import Any, ClassVar, TypeVar
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
 
-from readyq.model import ClaimedJob
+from readyq.model import IN_FLIGHT_STATES, ClaimedJob
 from readyq.schema import GATE_ID, Tables
-from readyq.sql.ready import ready_group_walk
+from readyq.sql.ready import in_flight_by_group, ready_group_walk
 
 S = TypeVar("S")
 
@@ -269,9 +269,31 @@ class Dialect(ABC):
         self, conn: Connection, t: Tables, groups: Sequence[str]
     ) -> tuple[dict[str, tuple[int, int]], dict[str, tuple[float, int]]]:
         """In-flight (count, largest weight) per group and the fair-share history
-        (vfinish, served_seq) of ``groups``, read after the gate row is locked. Only
-        called where :meth:`ready_counts` is implemented."""
-        raise NotImplementedError
+        (vfinish, served_seq) of ``groups``, in one statement (``UNION ALL``), read after
+        the gate row is locked."""
+
+        def build() -> sa.CompoundSelect[Any]:
+            g = t.groups
+            counted = in_flight_by_group(t, *IN_FLIGHT_STATES).subquery("in_flight")
+            flight = sa.select(
+                sa.literal(0).label("history"), counted.c.group_key,
+                counted.c.n, counted.c.w,
+                sa.null().label("vfinish"), sa.null().label("served_seq"),
+            )
+            history = sa.select(
+                sa.literal(1), g.c.group_key, sa.null(), sa.null(), g.c.vfinish, g.c.served_seq
+            ).where(g.c.group_key.in_(sa.bindparam("keys", expanding=True)))
+            return sa.union_all(flight, history)
+
+        flight: dict[str, tuple[int, int]] = {}
+        history: dict[str, tuple[float, int]] = {}
+        stmt = self.cached(("flight_and_history", t.jobs.name), build)
+        for r in conn.execute(stmt, {"keys": list(groups)}).all():
+            if r[0]:
+                history[r[1]] = (float(r[4]), int(r[5]))
+            else:
+                flight[r[1]] = (int(r[2]), int(r[3]))
+        return flight, history
 
     def record_progress(
         self,
