@@ -903,8 +903,9 @@ class Store:
         work = list(ended)
         while work:
             wave, work = work, []
-            done_ids = sorted(i for i, state, _ in wave if state == JobState.DONE.value)
-            bad = {i: state for i, state, _ in wave if state != JobState.DONE.value}
+            done = JobState.DONE.value
+            done_ids = sorted(i for i, state, _ in wave if state == done)
+            bad = {i: state for i, state, _ in wave if state != done}
             if done_ids and done_edges is not None:
                 edges, done_edges = done_edges, None
             elif done_ids:

@@ -245,7 +245,7 @@ class PostgresDialect(Dialect):
         stmt = self.cached(("mark_done", t.jobs.name), build)
         ids: set[int] = set()
         edges: Counter[int] = Counter()
-        for marked_id, dependent in conn.execute(stmt, params):
+        for marked_id, dependent in conn.execute(stmt, params).all():
             ids.add(marked_id)
             if dependent is not None:
                 edges[int(dependent)] += 1
