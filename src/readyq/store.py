@@ -208,7 +208,6 @@ def _truncate(text: str | None) -> str | None:
 
 
 
-
 def _no_jobs() -> list[ClaimedJob]:
     return []
 
@@ -216,9 +215,11 @@ def _no_jobs() -> list[ClaimedJob]:
 def _jobs(jobs: list[ClaimedJob]) -> Callable[[], list[ClaimedJob]]:
     return lambda: jobs
 
+
 def progress_rows(progress: Progress) -> list[tuple[str, float, int]]:
     """(group, vfinish, served_seq) for each group a claim served."""
     return [(key, v, progress.served_seq[key]) for key, v in progress.vfinish.items()]
+
 
 class Store:
     """Transactions over the readyq tables of one prefix."""

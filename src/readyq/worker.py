@@ -614,9 +614,6 @@ class Worker:
         entries = [self._entry(c, lease_until) for c in claimed]
         self._pool.submit_many(self._execute, entries)
 
-    def _start(self, c: ClaimedJob, lease_until: float = float("inf")) -> None:
-        self._pool.submit(self._execute, self._entry(c, lease_until))
-
     def _entry(self, c: ClaimedJob, lease_until: float) -> _Running:
         """Register a claimed attempt as running here (its handler not yet started)."""
         spec = self.handlers[c.type]

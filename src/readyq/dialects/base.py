@@ -18,7 +18,7 @@ from sqlalchemy.engine import Connection, Engine
 
 from readyq.model import IN_FLIGHT_STATES, ClaimedJob
 from readyq.schema import GATE_ID, Tables
-from readyq.sql.ready import in_flight_by_group, ready_group_walk
+from readyq.sql.ready import claim_order, in_flight_by_group, ready_group_walk, runnable
 
 S = TypeVar("S")
 
@@ -389,6 +389,40 @@ def claimed_from_row(row: Any, *, before_update: bool = False) -> ClaimedJob:
         id_, type_, args, int(attempts) + 1, max_attempts, int(token) + 1, group, parent,
         timeout,
     )
+
+
+def group_heads(
+    t: Tables,
+    now: sa.ColumnElement[float],
+    types: Sequence[str] | None,
+    n: int,
+    *columns: sa.ColumnElement[Any],
+) -> list[sa.Select[Any]]:
+    """One select per group of a multi-group claim, in claim order and limited: group
+    ``i`` and its limit are bound as ``c_g{i}`` and ``c_n{i}`` (see
+    :func:`group_head_params`)."""
+    return [
+        sa.select(*columns)
+        .where(
+            runnable(
+                t, now, group=sa.bindparam(f"c_g{i}", type_=t.jobs.c.group_key.type),
+                types=types,
+            )
+        )
+        .order_by(*claim_order(t))
+        .limit(sa.bindparam(f"c_n{i}", type_=sa.Integer))
+        for i in range(n)
+    ]
+
+
+def group_head_params(requests: Sequence[ClaimRequest]) -> dict[str, Any]:
+    """The parameters of :func:`group_heads` for ``requests``, with the first request's
+    own (owner, lease length, ...)."""
+    params = requests[0].params()
+    for i, req in enumerate(requests):
+        params[f"c_g{i}"] = req.group
+        params[f"c_n{i}"] = req.limit
+    return params
 
 
 def claim_columns(t: Tables) -> list[sa.Column[Any]]:

@@ -39,6 +39,8 @@ from readyq.dialects.base import (
     claimed_from_row,
     done_values,
     driver_error,
+    group_head_params,
+    group_heads,
     lease_values,
 )
 from readyq.errors import UnsupportedDatabase
@@ -175,29 +177,11 @@ class MySQLDialect(Dialect):
         n = len(requests)
 
         def build() -> sa.CompoundSelect:
-            parts = [
-                sa.select(*claim_columns(t))
-                .where(
-                    runnable(
-                        t,
-                        now,
-                        group=sa.bindparam(f"rq_group_{i}", type_=t.jobs.c.group_key.type),
-                        types=first.types,
-                    )
-                )
-                .order_by(*claim_order(t))
-                .limit(sa.bindparam(f"rq_limit_{i}", type_=sa.Integer))
-                .with_for_update(skip_locked=True)
-                for i in range(n)
-            ]
-            return sa.union_all(*parts)
+            heads = group_heads(t, now, first.types, n, *claim_columns(t))
+            return sa.union_all(*(h.with_for_update(skip_locked=True) for h in heads))
 
-        params: dict[str, Any] = {}
-        for i, req in enumerate(requests):
-            params[f"rq_group_{i}"] = req.group
-            params[f"rq_limit_{i}"] = req.limit
         select = self.cached(("claim_union", t.jobs.name, first.shape(), n), build)
-        rows = conn.execute(select, params).all()
+        rows = conn.execute(select, group_head_params(requests)).all()
         if not rows:
             return []
         return self._lease(conn, t, first, now, rows)

@@ -35,11 +35,10 @@ from readyq.dialects.base import (
     lease_values,
 )
 from readyq.errors import UnsupportedDatabase
-from readyq.model import IN_FLIGHT_STATES, ClaimedJob
+from readyq.model import ClaimedJob
 from readyq.schema import GATE_ID, Tables
 from readyq.sql.ready import (
     claim_order,
-    in_flight_by_group,
     ready_group_walk,
     runnable,
     runnable_head,
@@ -352,35 +351,6 @@ class PostgresDialect(Dialect):
             r[0]: (int(r[1]), int(r[2]))
             for r in conn.execute(self.cached(key, build), {"cap": cap}).all()
         }
-
-    def flight_and_history(
-        self, conn: Connection, t: Tables, groups: Sequence[str]
-    ) -> tuple[dict[str, tuple[int, int]], dict[str, tuple[float, int]]]:
-        """One statement: the in-flight counts (a range of the state index) and the
-        groups' history rows, by ``UNION ALL``. At READ COMMITTED, run after the gate row
-        is locked, it sees every claim committed before."""
-
-        def build() -> sa.CompoundSelect[Any]:
-            g = t.groups
-            counted = in_flight_by_group(t, *IN_FLIGHT_STATES).subquery("in_flight")
-            flight = sa.select(
-                sa.literal(False).label("history"), counted.c.group_key,
-                sa.cast(counted.c.n, sa.Double).label("a"), counted.c.w.label("b"),
-            )
-            history = sa.select(
-                sa.literal(True), g.c.group_key, g.c.vfinish, g.c.served_seq
-            ).where(g.c.group_key == sa.any_(sa.bindparam("keys", type_=ARRAY(sa.String))))
-            return sa.union_all(flight, history)
-
-        flight: dict[str, tuple[int, int]] = {}
-        history: dict[str, tuple[float, int]] = {}
-        stmt = self.cached(("flight_and_history", t.jobs.name), build)
-        for r in conn.execute(stmt, {"keys": list(groups)}).all():
-            if r[0]:
-                history[r[1]] = (float(r[2]), int(r[3]))
-            else:
-                flight[r[1]] = (int(r[2]), int(r[3]))
-        return flight, history
 
     def claim_groups(
         self,

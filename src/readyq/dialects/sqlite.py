@@ -40,6 +40,8 @@ from readyq.dialects.base import (
     claimed_from_row,
     done_values,
     driver_error,
+    group_head_params,
+    group_heads,
     lease_values,
 )
 from readyq.errors import UnsupportedDatabase
@@ -68,6 +70,10 @@ class _IdList(sa.types.TypeDecorator[list[int]]):
 
     def process_bind_param(self, value: Any, dialect: Any) -> str:
         return json.dumps([int(v) for v in value])
+
+
+def _in_json(column: sa.ColumnElement[Any], ids: sa.BindParameter[Any]) -> sa.ColumnElement[bool]:
+    return column.in_(sa.select(sa.column("value")).select_from(sa.func.json_each(ids)))
 
 
 class SQLiteDialect(Dialect):
@@ -121,20 +127,12 @@ class SQLiteDialect(Dialect):
     ) -> sa.ColumnElement[bool]:
         """``column IN (SELECT value FROM json_each(:ids))``: one parameter, one SQL text
         whatever the number of ids."""
-        return column.in_(
-            sa.select(sa.column("value")).select_from(
-                sa.func.json_each(sa.bindparam(None, list(ids), type_=_IdList))
-            )
-        )
+        return _in_json(column, sa.bindparam(None, list(ids), type_=_IdList))
 
     def ids_in(self, column: sa.ColumnElement[Any], name: str) -> sa.ColumnElement[bool]:
         """``column IN (SELECT value FROM json_each(:name))``; the list is bound at
         execution."""
-        return column.in_(
-            sa.select(sa.column("value")).select_from(
-                sa.func.json_each(sa.bindparam(name, type_=_IdList))
-            )
-        )
+        return _in_json(column, sa.bindparam(name, type_=_IdList))
 
     def claim_statement(
         self, t: Tables, req: ClaimRequest, now: sa.ColumnElement[float]
@@ -184,21 +182,13 @@ class SQLiteDialect(Dialect):
 
         def build() -> sa.Update:
             j = t.jobs
-            parts = []
-            for i in range(n):
-                head = (
-                    sa.select(j.c.id)
-                    .where(
-                        runnable(
-                            t, now, group=sa.bindparam(f"c_g{i}", type_=sa.String),
-                            types=first.types,
-                        )
-                    )
-                    .order_by(*claim_order(t))
-                    .limit(sa.bindparam(f"c_n{i}", type_=sa.Integer))
-                    .subquery(f"head{i}")
+            parts = [
+                sa.select(head.c.id)
+                for head in (
+                    select.subquery(f"head{i}")
+                    for i, select in enumerate(group_heads(t, now, first.types, n, j.c.id))
                 )
-                parts.append(sa.select(head.c.id))
+            ]
             return (
                 sa.update(j)
                 .where(j.c.id.in_(sa.union_all(*parts)))
@@ -206,12 +196,9 @@ class SQLiteDialect(Dialect):
                 .returning(*claim_columns(t))
             )
 
-        params = first.params()
-        for i, req in enumerate(requests):
-            params[f"c_g{i}"] = req.group
-            params[f"c_n{i}"] = req.limit
         stmt = self.cached(("claim_groups", t.jobs.name, first.shape(), n), build)
-        return [claimed_from_row(row) for row in conn.execute(stmt, params).all()]
+        rows = conn.execute(stmt, group_head_params(requests)).all()
+        return [claimed_from_row(row) for row in rows]
 
     def done_update(
         self,
