@@ -226,6 +226,10 @@ def test_a_failed_listen_set_up_leaves_the_worker_polling_and_is_tried_again(
         assert listener is not None and listener.listening.is_set()
         assert fault.failed == 2
         assert "LISTEN set-up failed" in caplog.text and "retrying in" in caplog.text
+        # The listener can be up before the jobs are: the worker keeps working meanwhile.
+        deadline = time.monotonic() + 10
+        while w.stats.done < 3 and time.monotonic() < deadline:
+            time.sleep(0.02)
     finally:
         w.stop()
         thread.join(10)
