@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from json.encoder import c_make_encoder  # type: ignore[attr-defined]
 from typing import Any
 
 from readyq.errors import PayloadNotJSON, PayloadTooLarge
@@ -26,16 +27,42 @@ def _depth(value: Any, limit: int) -> int:
     return deepest
 
 
+def _not_json(value: Any) -> Any:
+    raise TypeError(f"Object of type {type(value).__name__} is not JSON serializable")
+
+
+# One C encoder for every call: json.dumps with non-default options builds a new encoder
+# each time, which costs more than encoding a small payload. It keeps no per-call state
+# (no circular-reference memory, which threads would share): a payload that contains
+# itself recurses until RecursionError, reported as too deep.
+_ENCODER = (
+    c_make_encoder(None, _not_json, json.encoder.encode_basestring, None, ":", ",",
+                   False, False, False)
+    if c_make_encoder is not None
+    else None
+)
+
+
+def _dumps(value: Any) -> str:
+    if _ENCODER is not None:
+        return "".join(_ENCODER(value, 0))
+    return json.dumps(
+        value, allow_nan=False, separators=(",", ":"), ensure_ascii=False, check_circular=False
+    )
+
+
 def encode(value: Any, *, max_bytes: int, what: str = "args") -> str:
     """Encode ``value`` as compact strict JSON, or raise PayloadNotJSON / PayloadTooLarge."""
     if value is None and max_bytes >= 4:  # what most handlers return
         return "null"
     try:
-        text = json.dumps(value, allow_nan=False, separators=(",", ":"), ensure_ascii=False)
+        text = _dumps(value)
     except (TypeError, ValueError) as exc:
         raise PayloadNotJSON(f"{what} are not JSON-serialisable: {exc}") from None
     except RecursionError:
-        raise PayloadNotJSON(f"{what} are nested deeper than {MAX_DEPTH} levels") from None
+        raise PayloadNotJSON(
+            f"{what} are nested deeper than {MAX_DEPTH} levels (or contain themselves)"
+        ) from None
     # Each level of nesting takes two characters of the text, so a short text cannot be
     # too deep: only a long one is walked.
     if len(text) > 2 * MAX_DEPTH and _depth(value, MAX_DEPTH) > MAX_DEPTH:
