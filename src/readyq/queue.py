@@ -10,7 +10,7 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
-from typing import Any, TypeVar
+from typing import Any, NamedTuple, TypeVar
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
@@ -135,6 +135,19 @@ def _job_id(value: Any, what: str) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
         raise InvalidJobOption(f"{what} must be a job id (a positive int), not {value!r}")
     return value
+
+
+class _Options(NamedTuple):
+    """The checked options of a job that many jobs of a batch share."""
+
+    type: str
+    group: str
+    weight: int
+    priority: int
+    max_attempts: int
+    timeout: float | None
+    is_container: bool
+    args_model: Any
 
 
 class Queue:
@@ -423,6 +436,23 @@ class Queue:
         unique_key: str | None = None,
     ) -> NewJob:
         self._check_open()
+        options = self._options(
+            type, group, weight, priority, max_attempts, timeout, is_container
+        )
+        return self._new_job(options, args, depends_on, parent, run_after, unique_key)
+
+    def _options(
+        self,
+        type: str,
+        group: str,
+        weight: int,
+        priority: int,
+        max_attempts: int | None,
+        timeout: float | timedelta | None,
+        is_container: bool,
+    ) -> _Options:
+        """Check the options a job shares with others of its kind (they repeat across a
+        batch, where :meth:`enqueue_many` checks each combination once)."""
         _key(type, "job type", remember=True)
         if not is_container and self._handlers and type not in self._handlers:
             raise UnknownJobType(
@@ -441,16 +471,33 @@ class Queue:
                 f"priority must be an int within ±{MAX_PRIORITY}, not {priority!r}"
             )
         spec = None if is_container else self._handlers.get(type)
-        if spec is not None and spec.args_model is not None:
-            args = normalize_args(spec.args_model, type, args)
         if max_attempts is None:
             max_attempts = (spec.max_attempts if spec else None) or self.default_max_attempts
         if isinstance(max_attempts, bool) or not isinstance(max_attempts, int) or max_attempts < 1:
             raise InvalidJobOption(f"max_attempts must be an int >= 1, not {max_attempts!r}")
-        timeout_s = _seconds(timeout, "timeout")
+        return _Options(
+            type, group, weight, priority, max_attempts, _seconds(timeout, "timeout"),
+            bool(is_container), None if spec is None else spec.args_model,
+        )
+
+    def _new_job(
+        self,
+        options: _Options,
+        args: Any,
+        depends_on: Iterable[int | JobInfo],
+        parent: int | JobInfo | None,
+        run_after: datetime | timedelta | float | None,
+        unique_key: str | None,
+    ) -> NewJob:
+        if options.args_model is not None:
+            args = normalize_args(options.args_model, options.type, args)
         if isinstance(depends_on, (str, bytes, int)):
             raise InvalidJobOption("depends_on must be a list of job ids")
-        deps = tuple(dict.fromkeys(_job_id(d, "depends_on") for d in depends_on))
+        deps = (
+            ()
+            if type(depends_on) is tuple and not depends_on
+            else tuple(dict.fromkeys(_job_id(d, "depends_on") for d in depends_on))
+        )
         parent_id = None if parent is None else _job_id(parent, "parent")
         run_at: float | None = None
         delay: float | None = None
@@ -461,21 +508,19 @@ class Queue:
         elif run_after is not None:
             delay = _seconds(run_after, "run_after", allow_zero=True)
         return NewJob(
-            type=type,
-            args_json=encode(args, max_bytes=self.max_payload_bytes),
-            group=group,
-            weight=weight,
-            priority=priority,
-            max_attempts=max_attempts,
-            timeout=timeout_s,
-            run_after_at=run_at,
-            run_after_delay=delay,
-            depends_on=deps,
-            parent=parent_id,
-            is_container=is_container,
-            unique_key=None if unique_key is None else _key(
-                unique_key, "unique_key", InvalidUniqueKey
-            ),
+            options.type,
+            encode(args, max_bytes=self.max_payload_bytes),
+            options.group,
+            options.weight,
+            options.priority,
+            options.max_attempts,
+            options.timeout,
+            run_at,
+            delay,
+            deps,
+            parent_id,
+            options.is_container,
+            None if unique_key is None else _key(unique_key, "unique_key", InvalidUniqueKey),
         )
 
     @staticmethod
@@ -659,45 +704,89 @@ class Queue:
                 return keys[value]
             return -1
 
+        self._check_open()
         deps_in: dict[int, list[int]] = {}
         parent_in: dict[int, int | None] = {}
         built: list[NewJob] = []
+        checked: dict[tuple[Any, ...], _Options] = {}  # option combinations seen
+        backward = True  # every reference points to an earlier job, and no parent
         for pos, spec in enumerate(specs):
-            if isinstance(spec.depends_on, (str, bytes, int)):
-                raise InvalidJobOption("depends_on must be a list of job ids or keys")
-            deps_in[pos] = [ref(d, "depends_on") for d in spec.depends_on if isinstance(d, str)]
-            outer_deps = [d for d in spec.depends_on if not isinstance(d, str)]
-            parent_in[pos] = ref(spec.parent, "parent") if isinstance(spec.parent, str) else None
-            outer_parent = None if isinstance(spec.parent, str) else spec.parent
-            if parent_in[pos] is not None and not specs[parent_in[pos]].container:  # type: ignore[index]
-                raise InvalidParent(f"parent {spec.parent!r} is not a container")
+            depends_on = spec.depends_on
+            if not isinstance(depends_on, (tuple, list)):
+                if depends_on is None or isinstance(depends_on, (str, bytes, int)):
+                    raise InvalidJobOption("depends_on must be a list of job ids or keys")
+                try:
+                    depends_on = list(depends_on)
+                except TypeError:
+                    raise InvalidJobOption(
+                        "depends_on must be a list of job ids or keys"
+                    ) from None
+            outer_deps: Sequence[int | JobInfo] = ()
+            if depends_on:
+                inner = deps_in[pos] = [ref(d, "depends_on") for d in depends_on if
+                                        isinstance(d, str)]
+                if len(inner) != len(depends_on):
+                    outer_deps = [d for d in depends_on if not isinstance(d, str)]
+                if backward and not all(d < pos for d in inner):
+                    backward = False
+            outer_parent = spec.parent
+            if isinstance(outer_parent, str):
+                backward = False
+                parent = parent_in[pos] = ref(outer_parent, "parent")
+                if not specs[parent].container:
+                    raise InvalidParent(f"parent {spec.parent!r} is not a container")
+                outer_parent = None
+            # The types are part of the key: True == 1 and 1.0 == 1 must not share a check.
+            weight, priority, max_attempts, timeout = (
+                spec.weight, spec.priority, spec.max_attempts, spec.timeout
+            )
+            container = spec.container
+            key: tuple[Any, ...] | None = (
+                spec.type, spec.group, weight, priority, max_attempts, timeout, container,
+                type(weight), type(priority), type(max_attempts), type(timeout),
+            )
+            try:
+                options = checked.get(key)
+            except TypeError:  # an unhashable option: checked (and refused) below
+                options, key = None, None
+            if options is None:
+                options = self._options(
+                    spec.type, spec.group, weight, 0 if container else priority,
+                    1 if container else max_attempts, None if container else timeout,
+                    container,
+                )
+                if key is not None and len(checked) < 1024:
+                    checked[key] = options
             built.append(
-                self._build(
-                    spec.type, spec.args, group=spec.group, weight=spec.weight,
-                    priority=0 if spec.container else spec.priority, depends_on=outer_deps,
-                    parent=outer_parent, run_after=None if spec.container else spec.run_after,
-                    max_attempts=1 if spec.container else spec.max_attempts,
-                    timeout=None if spec.container else spec.timeout,
-                    is_container=spec.container,
-                    unique_key=spec.unique_key,
+                self._new_job(
+                    options, spec.args, outer_deps, outer_parent,
+                    None if container else spec.run_after, spec.unique_key,
                 )
             )
-        order = insertion_order(deps_in, parent_in, len(specs))
-        where = {pos: i for i, pos in enumerate(order)}
-        batch = [
-            BatchJob(
-                job=built[pos],
-                deps_in_batch=tuple(sorted({where[d] for d in deps_in[pos]})),
-                parent_in_batch=None if parent_in[pos] is None else where[parent_in[pos]],  # type: ignore[index]
-            )
-            for pos in order
-        ]
+        if backward:
+            # Already in an order that inserts every job after those it refers to.
+            batch = [
+                BatchJob(job, tuple(sorted(set(deps_in[pos]))) if pos in deps_in else ())
+                for pos, job in enumerate(built)
+            ]
+            where = None
+        else:
+            order = insertion_order(deps_in, parent_in, len(specs))
+            where = {pos: i for i, pos in enumerate(order)}
+            batch = [
+                BatchJob(
+                    built[pos],
+                    tuple(sorted({where[d] for d in deps_in.get(pos, ())})),
+                    None if parent_in.get(pos) is None else where[parent_in[pos]],  # type: ignore[index]
+                )
+                for pos in order
+            ]
         ids = self._store.enqueue_many(batch, connection=self._connection(connection))
         if self._observers:
             per_type = Counter(spec.type for spec in specs if not spec.container)
             for type_, n in per_type.items():
                 self._observers.emit("on_enqueued", n, type_)
-        return [ids[where[pos]] for pos in range(len(specs))]
+        return ids if where is None else [ids[where[pos]] for pos in range(len(specs))]
 
     # -- inspect and control ---------------------------------------------------------------------
 

@@ -16,6 +16,7 @@ import threading
 import time
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from typing import Any, NamedTuple, TypeVar
 
@@ -60,6 +61,8 @@ BULK_COLUMNS = (
     "type", "args", "state", "error", "is_container", "parent_id", "group_key", "weight",
     "priority", "max_attempts", "timeout", "pending_deps", "open_children", "unique_key",
 )
+# A new row as _row_values gives it: the columns, then what sets the computed ones.
+ROW_KEYS = (*BULK_COLUMNS, "run_after_at", "run_after_delay", "finished_offset")
 BULK_CONSTANTS: dict[str, Any] = {
     "attempts": 0,
     "failed_children": 0,
@@ -68,10 +71,11 @@ BULK_CONSTANTS: dict[str, Any] = {
     "lease_token": 0,
 }
 DEFAULT_TX_RETRIES = 12
+_STATE_VALUES = {state: state.value for state in JobState}
+_NONE: frozenset[int] = frozenset()
 
 
-@dataclass(frozen=True)
-class NewJob:
+class NewJob(NamedTuple):
     """A validated job, ready to insert."""
 
     type: str
@@ -89,8 +93,7 @@ class NewJob:
     unique_key: str | None = None
 
 
-@dataclass(frozen=True)
-class BatchJob:
+class BatchJob(NamedTuple):
     """A job of a batch: ``job`` plus references to other jobs of the same batch.
 
     ``deps_in_batch`` and ``parent_in_batch`` are positions in the batch; the batch is
@@ -485,18 +488,24 @@ class Store:
                 }
                 inherited[pid] = (set(chain), passed)
         # Effective outside dependencies per position (a container's apply to its children).
-        outer: list[set[int]] = []
-        outer_chain: list[set[int]] = []
+        outer: list[AbstractSet[int]] = []
+        outer_chain: list[AbstractSet[int]] = []
         for b in batch:
-            deps = set(b.job.depends_on)
-            chain: set[int] = set()
-            if b.job.parent is not None:
-                chain, passed = inherited[b.job.parent]
+            job = b.job
+            if job.parent is None and b.parent_in_batch is None:
+                # No container: nothing inherited, no container to depend on.
+                outer.append(set(job.depends_on) if job.depends_on else _NONE)
+                outer_chain.append(_NONE)
+                continue
+            deps = set(job.depends_on)
+            chain: AbstractSet[int] = _NONE
+            if job.parent is not None:
+                chain, passed = inherited[job.parent]
                 deps |= passed
             elif b.parent_in_batch is not None:
                 chain = outer_chain[b.parent_in_batch]
                 deps |= outer[b.parent_in_batch]
-            looped = set(b.job.depends_on) & chain
+            looped = set(job.depends_on) & chain
             if looped:
                 raise DependencyCycle(
                     f"a job cannot depend on its own container {min(looped)}: "
@@ -504,7 +513,7 @@ class Store:
                 )
             outer.append(deps)
             outer_chain.append(chain)
-        wanted = sorted(set().union(*outer))
+        wanted = sorted(set().union(*(x for x in outer if x)))
         states: dict[int, str] = {}
         if wanted:
             rows = conn.execute(
@@ -519,25 +528,30 @@ class Store:
                     f"depends_on names job(s) that do not exist: {', '.join(map(str, missing))}"
                 )
         # Born states, in batch order (references point backwards).
-        inner: list[set[int]] = []
+        inner: list[AbstractSet[int]] = []
         born: list[tuple[JobState, int, str | None]] = []
+        upstream_failed, done = JobState.UPSTREAM_FAILED, JobState.DONE.value
         for pos, b in enumerate(batch):
-            deps_in = set(b.deps_in_batch)
+            deps_in: AbstractSet[int] = set(b.deps_in_batch) if b.deps_in_batch else _NONE
             if b.parent_in_batch is not None:
-                deps_in |= inner[b.parent_in_batch]
+                deps_in = deps_in | inner[b.parent_in_batch]
             inner.append(deps_in)
-            bad_out = sorted(x for x in outer[pos] if states[x] in BAD_ENDS)
-            bad_in = sorted(x for x in deps_in if born[x][0] is JobState.UPSTREAM_FAILED)
-            pending = sum(1 for x in outer[pos] if states[x] != JobState.DONE.value)
-            pending += len(deps_in)
+            out = outer[pos]
+            bad_out = sorted(x for x in out if states[x] in BAD_ENDS) if out else ()
+            bad_in = (
+                sorted(x for x in deps_in if born[x][0] is upstream_failed) if deps_in else ()
+            )
+            pending = len(deps_in)
+            if out:
+                pending += sum(1 for x in out if states[x] != done)
             error = None
             if b.job.is_container:
                 state = JobState.ACTIVE
             elif bad_out:
-                state = JobState.UPSTREAM_FAILED
+                state = upstream_failed
                 error = f"dependency {bad_out[0]} ended {states[bad_out[0]]}"
             elif bad_in:
-                state = JobState.UPSTREAM_FAILED
+                state = upstream_failed
                 error = f"dependency #{bad_in[0]} of the batch ended upstream_failed"
             elif pending:
                 state = JobState.WAITING
@@ -579,7 +593,11 @@ class Store:
         edges = [
             {"job_id": ids[pos], "depends_on_id": dep}
             for pos in range(size)
-            for dep in sorted(outer[pos] | {ids[x] for x in inner[pos]})
+            if outer[pos] or inner[pos]
+            for dep in sorted(
+                {*outer[pos], *(ids[x] for x in inner[pos])} if outer[pos] else
+                {ids[x] for x in inner[pos]}
+            )
         ]
         if edges:
             d.insert_edges(conn, t, edges)
@@ -609,29 +627,30 @@ class Store:
         error: str | None,
         parent_id: int | None,
         open_children: int,
-    ) -> dict[str, Any]:
-        return {
-            "type": job.type,
-            "args": job.args_json,
-            "state": state.value,
-            "error": error,
-            "is_container": job.is_container,
-            "parent_id": parent_id,
-            "group_key": job.group,
-            "weight": job.weight,
-            "priority": job.priority,
-            "max_attempts": job.max_attempts,
-            "timeout": job.timeout,
-            "pending_deps": pending,
-            "open_children": open_children,
-            "unique_key": job.unique_key,
-            "run_after_at": job.run_after_at,
-            "run_after_delay": job.run_after_delay,
-            "finished_offset": 0.0 if state is JobState.UPSTREAM_FAILED else None,
-        }
+    ) -> tuple[Any, ...]:
+        """The values of a new row, in the order of :data:`ROW_KEYS`."""
+        return (
+            job.type,
+            job.args_json,
+            _STATE_VALUES[state],
+            error,
+            job.is_container,
+            parent_id,
+            job.group,
+            job.weight,
+            job.priority,
+            job.max_attempts,
+            job.timeout,
+            pending,
+            open_children,
+            job.unique_key,
+            job.run_after_at,
+            job.run_after_delay,
+            0.0 if state is JobState.UPSTREAM_FAILED else None,
+        )
 
     def _insert_rows(
-        self, conn: Connection, rows: list[dict[str, Any]], now: sa.ColumnElement[float]
+        self, conn: Connection, rows: list[tuple[Any, ...]], now: sa.ColumnElement[float]
     ) -> list[int]:
         """Insert rows and return their ids in order.
 
@@ -642,6 +661,7 @@ class Store:
         ids = self.dialect.insert_jobs(conn, self.tables, rows, now)
         if ids is not None:
             return ids
+        params = [dict(zip(ROW_KEYS, row, strict=True)) for row in rows]
         j = self.tables.jobs
         stmt = sa.insert(j).values(
             {
@@ -659,9 +679,9 @@ class Store:
             }
         )
         if conn.dialect.insert_executemany_returning_sort_by_parameter_order:
-            result = conn.execute(stmt.returning(j.c.id, sort_by_parameter_order=True), rows)
+            result = conn.execute(stmt.returning(j.c.id, sort_by_parameter_order=True), params)
             return [int(r[0]) for r in result]
-        return [int(conn.execute(stmt, row).inserted_primary_key[0]) for row in rows]
+        return [int(conn.execute(stmt, row).inserted_primary_key[0]) for row in params]
 
     def _refuse_wait_cycles(
         self, conn: Connection, new: Sequence[tuple[set[int], set[int], int | None, int | None]]

@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Sequence
-from dataclasses import replace
 from typing import TYPE_CHECKING
 
 import sqlalchemy as sa
@@ -167,9 +166,9 @@ def without_held(
         assert b.parent_in_batch is None or parent is not None, "a container was dropped"
         job = b.job
         if outside:
-            job = replace(job, depends_on=tuple(dict.fromkeys((*job.depends_on, *outside))))
+            job = job._replace(depends_on=tuple(dict.fromkeys((*job.depends_on, *outside))))
         kept.append(
-            replace(b, job=job, deps_in_batch=tuple(sorted(inside)), parent_in_batch=parent)
+            b._replace(job=job, deps_in_batch=tuple(sorted(inside)), parent_in_batch=parent)
         )
         where.append(len(kept) - 1)
     return kept, where

@@ -66,6 +66,15 @@ def test_a_dag_with_forward_references_runs_in_dependency_order(queue: readyq.Qu
         ([JobSpec("a"), JobSpec("a", depends_on=[999_999])], readyq.DependencyNotFound),
         ([JobSpec("a"), JobSpec("a", {"x": float("nan")})], readyq.PayloadNotJSON),
         ([JobSpec("a"), JobSpec("a", weight=0)], readyq.InvalidWeight),
+        # Options equal to ones already checked in the batch, but of the wrong type.
+        ([JobSpec("a", weight=1), JobSpec("a", weight=True)], readyq.InvalidWeight),
+        ([JobSpec("a", priority=1), JobSpec("a", priority=True)], readyq.InvalidJobOption),
+        ([JobSpec("a", max_attempts=2), JobSpec("a", max_attempts=2.0)],  # type: ignore[arg-type]
+         readyq.InvalidJobOption),
+        ([JobSpec("a", timeout=5), JobSpec("a", timeout=[5])],  # type: ignore[arg-type]
+         readyq.InvalidJobOption),
+        ([JobSpec("a", depends_on=None)], readyq.InvalidJobOption),  # type: ignore[arg-type]
+        ([JobSpec("a", depends_on=3.5)], readyq.InvalidJobOption),  # type: ignore[arg-type]
     ],
 )
 def test_a_bad_batch_raises_its_error_and_writes_nothing(
@@ -122,6 +131,29 @@ def test_a_large_batch_keeps_ids_in_the_given_order(queue: readyq.Queue) -> None
     assert queue.get(ids[6]).state is JobState.READY
     assert queue.get(ids[5]).state is JobState.WAITING
     assert _rows(queue) == (700, 600)
+
+
+def test_a_large_batch_referring_backwards_gets_ascending_ids_and_its_edges(
+    queue: readyq.Queue,
+) -> None:
+    first = queue.enqueue("a", {"seed": True})
+    specs = [
+        JobSpec(
+            "a", {"i": i}, key=f"k{i}",
+            # an iterator, keys and an existing job's id mixed
+            depends_on=iter([f"k{i - 1}", first]) if i % 10 else [first] if i % 20 else [],
+        )
+        for i in range(300)
+    ]
+    ids = queue.enqueue_many(specs)
+    assert ids == sorted(ids) and len(set(ids)) == 300 and ids[0] > first
+    assert queue.get(ids[0]).state is JobState.READY
+    assert queue.get(ids[10]).depends_on == (first,)
+    assert queue.get(ids[10]).state is JobState.WAITING
+    assert set(queue.get(ids[11]).depends_on) == {ids[10], first}
+    assert [queue.get(i).args for i in ids[:2]] == [{"i": 0}, {"i": 1}]
+    # 270 jobs with a key and the seed, 15 with the seed alone
+    assert _rows(queue) == (301, 270 * 2 + 15)
 
 
 def test_wait_returns_the_finished_job_or_times_out(queue: readyq.Queue) -> None:

@@ -129,11 +129,12 @@ class Dialect(ABC):
         self,
         conn: Connection,
         t: Tables,
-        rows: list[dict[str, Any]],
+        rows: list[tuple[Any, ...]],
         now: sa.ColumnElement[float],
     ) -> list[int] | None:
-        """Insert new job rows in a way of this database's own, returning their ids in
-        order; None means: use the portable multi-row insert."""
+        """Insert new job rows (values in the order of ``store.ROW_KEYS``) in a way of
+        this database's own, returning their ids in order; None means: use the portable
+        multi-row insert."""
         return None
 
     def insert_edges(self, conn: Connection, t: Tables, edges: list[dict[str, int]]) -> None:

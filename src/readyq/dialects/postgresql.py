@@ -101,7 +101,7 @@ class PostgresDialect(Dialect):
         self,
         conn: Connection,
         t: Tables,
-        rows: list[dict[str, Any]],
+        rows: list[tuple[Any, ...]],
         now: sa.ColumnElement[float],
     ) -> list[int] | None:
         """Take the ids from the table's sequence, then insert every row with one
@@ -116,13 +116,15 @@ class PostgresDialect(Dialect):
         j = t.jobs
         if len(rows) < 50:
             return None
+        # The ids as one comma-separated text: one row to fetch instead of one per id.
         seq = sa.func.pg_get_serial_sequence(j.name, "id")
-        ids = [
-            int(x)
-            for x in conn.execute(
-                sa.select(sa.func.nextval(seq)).select_from(sa.func.generate_series(1, len(rows)))
-            ).scalars()
-        ]
+        taken = sa.select(sa.func.nextval(seq).label("v")).select_from(
+            sa.func.generate_series(1, len(rows))
+        ).subquery()
+        text = conn.execute(
+            sa.select(sa.func.string_agg(sa.cast(taken.c.v, sa.Text), ","))
+        ).scalar_one()
+        ids = sorted(int(x) for x in text.split(","))  # ascending, in batch order
         names = ("id", *BULK_COLUMNS, "run_after_at", "run_after_delay", "finished_offset")
         types: dict[str, Any] = {
             "id": sa.BigInteger,
@@ -145,8 +147,7 @@ class PostgresDialect(Dialect):
             "finished_offset": sa.Double,
         }
         payload = json.dumps(
-            [[i, *(r[n] for n in names[1:])] for i, r in zip(ids, rows, strict=True)],
-            separators=(",", ":"),
+            [[i, *r] for i, r in zip(ids, rows, strict=True)], separators=(",", ":")
         )
         each = (
             sa.func.jsonb_array_elements(
