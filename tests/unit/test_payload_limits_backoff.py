@@ -46,6 +46,15 @@ def test_deep_nesting_is_refused_without_recursion_errors() -> None:
         encode(hostile, max_bytes=10**9)
 
 
+def test_a_payload_that_contains_itself_is_refused_and_the_encoder_still_works() -> None:
+    loop: dict[str, object] = {"a": 1}
+    loop["self"] = loop
+    with pytest.raises(readyq.PayloadNotJSON, match="contain themselves"):
+        encode(loop, max_bytes=10**9)
+    shared = {"ok": True}  # one object encoded twice in one payload is not a loop
+    assert encode([shared, shared, "é"], max_bytes=100) == '[{"ok":true},{"ok":true},"é"]'
+
+
 def test_backoff_doubles_and_caps() -> None:
     exact = [retry_delay(a, base=1.0, maximum=10.0, jitter=0.0) for a in range(1, 7)]
     assert exact == [1.0, 2.0, 4.0, 8.0, 10.0, 10.0]
