@@ -80,6 +80,9 @@ class _Running:
     # the transaction that claimed (or last extended) it, plus the lease length. The
     # database's expiry is later than that.
     lease_until: float = float("inf")
+    # Whether the attempt runs in a span (asked once per claimed batch: the check reads
+    # the environment when no provider is set).
+    traced: bool = False
 
 
 @dataclass
@@ -611,10 +614,11 @@ class Worker:
 
     def _launch(self, claimed: list[ClaimedJob], lease_until: float) -> None:
         self.stats.claimed += len(claimed)
-        entries = [self._entry(c, lease_until) for c in claimed]
+        traced = spans_enabled()
+        entries = [self._entry(c, lease_until, traced) for c in claimed]
         self._pool.submit_many(self._execute, entries)
 
-    def _entry(self, c: ClaimedJob, lease_until: float) -> _Running:
+    def _entry(self, c: ClaimedJob, lease_until: float, traced: bool = False) -> _Running:
         """Register a claimed attempt as running here (its handler not yet started)."""
         spec = self.handlers[c.type]
         job = Job(
@@ -629,7 +633,7 @@ class Worker:
             worker_id=self.worker_id,
             _heartbeat=self._job_heartbeat,
         )
-        entry = _Running(claimed=c, job=job, spec=spec, lease_until=lease_until)
+        entry = _Running(c, job, spec, False, lease_until, traced)
         stale = self._running.get(c.id)
         if stale is not None:  # an earlier attempt of this job that timed out here
             self._lose(stale)
@@ -646,7 +650,7 @@ class Worker:
         began = time.monotonic()
         if self._too_late(entry, began):
             return
-        if spans_enabled():
+        if entry.traced:
             with attempt_span(entry.claimed) as span:
                 outcome = self._attempt(entry, began, span)
         else:  # no span to open: spare every attempt the context manager
