@@ -156,6 +156,44 @@ def test_a_large_batch_referring_backwards_gets_ascending_ids_and_its_edges(
     assert _rows(queue) == (301, 270 * 2 + 15)
 
 
+TRICKY = ["tab\there", "line\nbreak", "cr\r\nlf", "back\\slash", "\\N", "\\.", "\\\\t",
+          "é ünïcode ✓", "quote ' and \"", "", "null"]
+
+
+def test_a_large_batch_stores_every_value_as_given(queue: readyq.Queue) -> None:
+    """Large batches take each database's bulk path (PostgreSQL: COPY): text with the
+    characters that path escapes, absent and present options, all read back unchanged."""
+    specs = [
+        JobSpec(
+            "a",
+            {"text": TRICKY[i % len(TRICKY)], "i": i, "nested": [TRICKY[(i + 1) % len(TRICKY)]]},
+            group=f"g\t{i % 3}\\x" if i % 2 else "plain",
+            priority=i % 5 - 2,
+            weight=1 + i % 3,
+            max_attempts=1 + i % 4,
+            timeout=None if i % 3 else 1.5 + i,
+            run_after=None if i % 4 else 3600.0 + i,
+        )
+        for i in range(80)
+    ]
+    ids = queue.enqueue_many(specs)
+    t = queue._store.tables.jobs
+    with queue.engine.connect() as conn:
+        rows = {r.id: r for r in conn.execute(sa.select(t).where(t.c.id.in_(ids)))}
+    for i, (job_id, spec) in enumerate(zip(ids, specs, strict=True)):
+        info, row = queue.get(job_id), rows[job_id]
+        assert info.args == spec.args
+        assert (info.group, info.priority, info.max_attempts) == (
+            spec.group, spec.priority, spec.max_attempts)
+        assert row.weight == spec.weight and row.timeout == spec.timeout
+        assert row.created_at == row.updated_at and row.finished_at is None
+        assert (row.attempts, row.lease_token, row.pending_deps) == (0, 0, 0)
+        if spec.run_after is None:
+            assert row.run_after is None and info.state is JobState.READY, i
+        else:
+            assert row.run_after == pytest.approx(row.created_at + spec.run_after, abs=1e-6)
+
+
 def test_wait_returns_the_finished_job_or_times_out(queue: readyq.Queue) -> None:
     @queue.handler("step")
     def step(job: readyq.Job) -> int:

@@ -104,15 +104,11 @@ class PostgresDialect(Dialect):
         rows: list[tuple[Any, ...]],
         now: sa.ColumnElement[float],
     ) -> list[int] | None:
-        """Take the ids from the table's sequence, then insert every row with one
-        ``INSERT ... SELECT FROM jsonb_array_elements(:rows)``: one parameter whatever
-        the number of rows, where a multi-row VALUES list would bind (and make the driver
-        parse) one parameter per column and row. The rows travel as one JSON text, which
-        Python's C encoder writes and the server parses far faster than the driver
-        quotes a text array element by element; as ``jsonb`` it is parsed once, where
-        each ``->>`` on ``json`` would parse the row again."""
-        from readyq.store import BULK_COLUMNS, BULK_CONSTANTS
-
+        """Take the ids from the table's sequence (with the server's clock), then load
+        every row at once: with ``COPY`` on psycopg's synchronous driver, else with one
+        ``INSERT ... SELECT FROM jsonb_array_elements(:rows)``. COPY loads 20,000 rows
+        in about half the time of the INSERT, which parses the JSON and extracts every
+        field on the server."""
         j = t.jobs
         if len(rows) < 50:
             return None
@@ -121,11 +117,31 @@ class PostgresDialect(Dialect):
         taken = sa.select(sa.func.nextval(seq).label("v")).select_from(
             sa.func.generate_series(1, len(rows))
         ).subquery()
-        text = conn.execute(
-            sa.select(sa.func.string_agg(sa.cast(taken.c.v, sa.Text), ","))
-        ).scalar_one()
+        clock, text = conn.execute(
+            sa.select(now, sa.func.string_agg(sa.cast(taken.c.v, sa.Text), ","))
+        ).one()
         ids = sorted(int(x) for x in text.split(","))  # ascending, in batch order
-        names = ("id", *BULK_COLUMNS, "run_after_at", "run_after_delay", "finished_offset")
+        if conn.dialect.driver == "psycopg" and not conn.dialect.is_async:
+            copy_jobs(conn, j, ids, rows, float(clock))
+        else:
+            self._insert_json(conn, t, ids, rows, now)
+        return ids
+
+    @staticmethod
+    def _insert_json(
+        conn: Connection,
+        t: Tables,
+        ids: list[int],
+        rows: list[tuple[Any, ...]],
+        now: sa.ColumnElement[float],
+    ) -> None:
+        """One ``INSERT ... SELECT FROM jsonb_array_elements(:rows)``: one parameter
+        whatever the number of rows, where a multi-row VALUES list would bind (and make
+        the driver parse) one parameter per column and row. As ``jsonb`` the text is
+        parsed once, where each ``->>`` on ``json`` would parse the row again."""
+        from readyq.store import BULK_COLUMNS, BULK_CONSTANTS, ROW_KEYS
+
+        j = t.jobs
         types: dict[str, Any] = {
             "id": sa.BigInteger,
             "type": sa.Text,
@@ -146,6 +162,7 @@ class PostgresDialect(Dialect):
             "run_after_delay": sa.Double,
             "finished_offset": sa.Double,
         }
+        names = ("id", *ROW_KEYS)
         payload = json.dumps(
             [[i, *r] for i, r in zip(ids, rows, strict=True)], separators=(",", ":")
         )
@@ -170,17 +187,7 @@ class PostgresDialect(Dialect):
             now,
             now + src.c.finished_offset,
         )
-        target = [
-            "id",
-            *BULK_COLUMNS,
-            *BULK_CONSTANTS,
-            "run_after",
-            "created_at",
-            "updated_at",
-            "finished_at",
-        ]
-        conn.execute(sa.insert(j).from_select(target, select))
-        return ids
+        conn.execute(sa.insert(j).from_select(list(COPY_COLUMNS), select))
 
     def done_update(
         self,
@@ -522,3 +529,79 @@ class PostgresDialect(Dialect):
             self.cached(("record_progress", t.groups.name), build),
             self._progress_params(rows, vclock, seq),
         )
+
+
+# The columns a bulk insert writes, in order; the values come from store._row_values.
+COPY_COLUMNS = (
+    "id", "type", "args", "state", "error", "is_container", "parent_id", "group_key",
+    "weight", "priority", "max_attempts", "timeout", "pending_deps", "open_children",
+    "unique_key", "attempts", "failed_children", "cancel_requested", "retry_on_timeout",
+    "lease_token", "run_after", "created_at", "updated_at", "finished_at",
+)
+# COPY's text format: a backslash starts an escape, tab and newline end a field and a row.
+_COPY_ESCAPES = str.maketrans({"\\": "\\\\", "\t": "\\t", "\n": "\\n", "\r": "\\r"})
+_NULL = "\\N"
+
+
+def _copy_text(value: str | None) -> str:
+    if value is None:
+        return _NULL
+    if "\\" in value or "\t" in value or "\n" in value or "\r" in value:
+        return value.translate(_COPY_ESCAPES)
+    return value
+
+
+def _copy_number(value: float | None) -> str:
+    return _NULL if value is None else repr(value)
+
+
+def copy_jobs(
+    conn: Connection, table: sa.Table, ids: list[int], rows: list[tuple[Any, ...]], clock: float
+) -> None:
+    """Load new job rows with ``COPY ... FROM STDIN`` on the connection's psycopg driver,
+    in the transaction under way. ``clock`` is the server's time, read with the ids: the
+    times are computed here exactly as the INSERT would compute them on the server.
+
+    Driver errors are wrapped as SQLAlchemy wraps those of any statement, so that
+    callers (a unique key's conflict, the retry of a lost connection) see no
+    difference; a connection lost on the way is invalidated."""
+    from readyq.store import BULK_CONSTANTS
+
+    # The layouts of the row (store.ROW_KEYS) and of COPY_COLUMNS, spelled out below,
+    # are checked by a unit test.
+    constants = "\t".join(
+        "t" if v is True else "f" if v is False else str(v) for v in BULK_CONSTANTS.values()
+    )
+    now = repr(clock)
+    text = _copy_text
+    lines = []
+    for i, r in zip(ids, rows, strict=True):
+        (type_, args, state, error, is_container, parent_id, group, weight, priority,
+         max_attempts, timeout, pending, open_children, unique_key, at, delay,
+         finished_offset) = r
+        run_after = at if at is not None else None if delay is None else clock + delay
+        lines.append(
+            f"{i}\t{text(type_)}\t{text(args)}\t{state}\t{text(error)}\t"
+            f"{'t' if is_container else 'f'}\t{_NULL if parent_id is None else parent_id}\t"
+            f"{text(group)}\t{weight}\t{priority}\t{max_attempts}\t{_copy_number(timeout)}\t"
+            f"{pending}\t{open_children}\t{text(unique_key)}\t{constants}\t"
+            f"{_copy_number(run_after)}\t{now}\t{now}\t"
+            f"{_NULL if finished_offset is None else repr(clock + finished_offset)}\n"
+        )
+    name = conn.dialect.identifier_preparer.format_table(table)
+    sql = f"COPY {name} ({', '.join(COPY_COLUMNS)}) FROM STDIN"
+    raw = conn.connection.driver_connection
+    assert raw is not None
+    try:
+        with raw.cursor() as cursor, cursor.copy(sql) as copy:
+            copy.write("".join(lines))
+    except Exception as exc:
+        import psycopg
+
+        if not isinstance(exc, psycopg.Error):
+            raise
+        if conn.dialect.is_disconnect(exc, conn.connection.dbapi_connection, None):
+            conn.invalidate(exc)
+        raise sa.exc.DBAPIError.instance(
+            sql, None, exc, psycopg.Error, dialect=conn.dialect
+        ) from exc
