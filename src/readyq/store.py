@@ -1236,6 +1236,7 @@ class Store:
         ]
         seq = int(gate.seq)
         recorded: Progress | None = None
+        expected: Progress | None = None
         claimed: list[ClaimedJob]
         if budget is None:
             # Where the database can, the claim also stores the progress the plan
@@ -1274,7 +1275,11 @@ class Store:
             return _jobs(claimed)
         if not claimed:
             return _no_jobs
-        progress = account(plan, counts, demands, vclock, seq)
+        progress = (
+            expected  # every planned job was claimed: the plan's own progress
+            if expected is not None and counts == plan.claims
+            else account(plan, counts, demands, vclock, seq)
+        )
         d.record_progress(conn, t, progress_rows(progress), set(history), progress.vclock,
                           progress.seq)
         return _jobs(claimed)
