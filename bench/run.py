@@ -32,6 +32,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -381,32 +382,42 @@ def main(argv: list[str] | None = None) -> int:
         print(msg, file=sys.stderr, flush=True)
 
     if "throughput" not in args.skip:
+        pg = peers._pg_url(args.pg_url)
         for p in args.processes:
+            # Every configuration runs once per round, the rounds one after another: a
+            # machine that slows down or speeds up during the benchmark then weighs on
+            # every system alike, and the ratios of the medians stay comparable.
+            configs: list[tuple[str, Callable[[], Row]]] = []
             for kind, url in dbs:
-                runs = []
-                for _ in range(args.repeat):
-                    runs.append(run_readyq(kind, url, args.jobs, p, args.batch))
-                    log(f"  readyq {kind} {p} proc: {runs[-1].jobs_per_s:,.0f} jobs/s")
-                rows.append(median_row(runs))
-                minimal = [from_peer(peers.run_minimal_loop(
-                    peers._pg_url(url) if kind == "postgresql" else (url or "sqlite://"),
-                    args.jobs, p, 100)) for _ in range(args.repeat)]
-                rows.append(median_row(minimal))
-                log(f"  minimal {kind} {p} proc: {rows[-1].jobs_per_s:,.0f} jobs/s")
+                configs.append((f"readyq {kind}", lambda kind=kind, url=url, p=p: run_readyq(
+                    kind, url, args.jobs, p, args.batch)))
+                minimal_url = peers._pg_url(url) if kind == "postgresql" else (url or "sqlite://")
+                configs.append((f"minimal {kind}", lambda u=minimal_url, p=p: from_peer(
+                    peers.run_minimal_loop(u, args.jobs, p, 100))))
             if "peers" not in args.skip:
-                pg = peers._pg_url(args.pg_url)
-                for label, fn, n in (
-                    ("pgq100", lambda: peers.run_pgqueuer(pg, args.jobs, p, 100), args.jobs),
-                    ("pgq10", lambda: peers.run_pgqueuer(pg, args.jobs, p, 10), args.jobs),
-                    ("proc", lambda: peers.run_procrastinate(pg, 2000, p, 10), 2000),
-                ):
-                    try:
-                        runs = [from_peer(fn()) for _ in range(args.repeat)]
-                    except Exception as exc:  # a peer not installed or failing
-                        log(f"  {label}: skipped ({exc.__class__.__name__}: {exc})")
+                configs += [
+                    ("pgq100", lambda p=p: from_peer(peers.run_pgqueuer(pg, args.jobs, p, 100))),
+                    ("pgq10", lambda p=p: from_peer(peers.run_pgqueuer(pg, args.jobs, p, 10))),
+                    ("proc", lambda p=p: from_peer(peers.run_procrastinate(pg, 2000, p, 10))),
+                ]
+            runs: dict[str, list[Row]] = {label: [] for label, _ in configs}
+            skipped: set[str] = set()
+            for _ in range(args.repeat):
+                for label, fn in configs:
+                    if label in skipped:
                         continue
-                    rows.append(median_row(runs))
-                    log(f"  {rows[-1].system} {p} proc: {rows[-1].jobs_per_s:,.0f} jobs/s")
+                    try:
+                        runs[label].append(fn())
+                    except Exception as exc:  # a peer not installed or failing
+                        if label.startswith(("readyq", "minimal")):
+                            raise
+                        log(f"  {label}: skipped ({exc.__class__.__name__}: {exc})")
+                        skipped.add(label)
+                        continue
+                    log(f"  {label} {p} proc: {runs[label][-1].jobs_per_s:,.0f} jobs/s")
+            for label, _ in configs:
+                if runs[label] and label not in skipped:
+                    rows.append(median_row(runs[label]))
 
     print(f"\nreadyq benchmark, median of {args.repeat} run(s), {args.jobs:,} no-op jobs "
           f"(Procrastinate: 2,000), {os.cpu_count()} cores")
