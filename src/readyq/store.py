@@ -654,9 +654,9 @@ class Store:
     ) -> list[int]:
         """Insert rows and return their ids in order.
 
-        The dialect may do it its own way (PostgreSQL: ids from the sequence, then one
-        INSERT over arrays); otherwise one multi-row INSERT ... RETURNING per 1000 rows
-        where the database returns ids in order, else one INSERT per row.
+        The dialect may do it its own way (PostgreSQL: ids from the sequence, then COPY
+        or one INSERT over a JSON text); otherwise one multi-row INSERT ... RETURNING per
+        1000 rows where the database returns ids in order, else one INSERT per row.
         """
         ids = self.dialect.insert_jobs(conn, self.tables, rows, now)
         if ids is not None:
