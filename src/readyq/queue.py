@@ -741,21 +741,22 @@ class Queue:
                 spec.weight, spec.priority, spec.max_attempts, spec.timeout
             )
             container = spec.container
-            key: tuple[Any, ...] | None = (
+            key = (
                 spec.type, spec.group, weight, priority, max_attempts, timeout, container,
                 type(weight), type(priority), type(max_attempts), type(timeout),
             )
+            hashable = True
             try:
                 options = checked.get(key)
             except TypeError:  # an unhashable option: checked (and refused) below
-                options, key = None, None
+                options, hashable = None, False
             if options is None:
                 options = self._options(
                     spec.type, spec.group, weight, 0 if container else priority,
                     1 if container else max_attempts, None if container else timeout,
                     container,
                 )
-                if key is not None and len(checked) < 1024:
+                if hashable and len(checked) < 1024:
                     checked[key] = options
             built.append(
                 self._new_job(

@@ -479,14 +479,14 @@ class Store:
                     raise InvalidParent(f"job {pid} is not a container")
                 if r.state != JobState.ACTIVE.value:
                     raise InvalidParent(f"container {pid} has already finished ({r.state})")
-                chain = self._ancestors(conn, pid)
+                ancestors = self._ancestors(conn, pid)
                 passed = {
                     int(x)
                     for x in conn.execute(
-                        sa.select(t.deps.c.depends_on_id).where(t.deps.c.job_id.in_(chain))
+                        sa.select(t.deps.c.depends_on_id).where(t.deps.c.job_id.in_(ancestors))
                     ).scalars()
                 }
-                inherited[pid] = (set(chain), passed)
+                inherited[pid] = (set(ancestors), passed)
         # Effective outside dependencies per position (a container's apply to its children).
         outer: list[AbstractSet[int]] = []
         outer_chain: list[AbstractSet[int]] = []
@@ -684,7 +684,9 @@ class Store:
         return [int(conn.execute(stmt, row).inserted_primary_key[0]) for row in params]
 
     def _refuse_wait_cycles(
-        self, conn: Connection, new: Sequence[tuple[set[int], set[int], int | None, int | None]]
+        self,
+        conn: Connection,
+        new: Sequence[tuple[AbstractSet[int], AbstractSet[int], int | None, int | None]],
     ) -> None:
         """Raise DependencyCycle if a new job would wait for itself through a container.
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 from collections import Counter
 from collections.abc import Callable, Sequence
-from typing import Any, ClassVar
+from typing import Any, ClassVar, cast
 
 import sqlalchemy as sa
 from sqlalchemy.dialects.postgresql import ARRAY, JSONB
@@ -600,7 +600,9 @@ def copy_jobs(
 
         if not isinstance(exc, psycopg.Error):
             raise
-        if conn.dialect.is_disconnect(exc, conn.connection.dbapi_connection, None):
+        if conn.dialect.is_disconnect(
+            cast(Any, exc), conn.connection.dbapi_connection, None
+        ):
             conn.invalidate(exc)
         raise sa.exc.DBAPIError.instance(
             sql, None, exc, psycopg.Error, dialect=conn.dialect
