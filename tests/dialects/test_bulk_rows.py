@@ -43,3 +43,35 @@ def test_a_refused_copy_raises_the_error_any_statement_would(
         conn.rollback()
         assert conn.execute(sa.select(sa.literal(1))).scalar_one() == 1
     assert queue.counts() == {"ready": 1}
+
+
+def test_a_connection_lost_during_copy_is_retried_and_the_batch_lands_once(
+    queue: readyq.Queue, dialect_name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    if dialect_name != "postgresql":
+        pytest.skip("COPY is PostgreSQL's bulk path")
+    import readyq.dialects.postgresql as pg
+
+    real = pg.copy_jobs
+    killed: list[int] = []
+
+    def copy_after_losing_the_connection(conn: sa.Connection, *args: object) -> None:
+        if not killed:  # the first attempt's server process goes away before the COPY
+            pid = conn.exec_driver_sql("SELECT pg_backend_pid()").scalar_one()
+            with queue.engine.connect() as other:
+                other.exec_driver_sql(f"SELECT pg_terminate_backend({int(pid)})")
+                other.commit()
+            killed.append(pid)
+            with pytest.raises(sa.exc.OperationalError) as caught:
+                real(conn, *args)  # type: ignore[arg-type]
+            assert conn.invalidated  # never handed out again
+            raise caught.value
+        real(conn, *args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(pg, "copy_jobs", copy_after_losing_the_connection)
+    specs = [readyq.JobSpec("a", {"i": i}) for i in range(120)]
+    ids = queue.enqueue_many(specs)
+    assert len(killed) == 1
+    assert len(set(ids)) == 120
+    assert queue.counts() == {"ready": 120}
+    assert [queue.get(i).args for i in ids[:2]] == [{"i": 0}, {"i": 1}]
