@@ -1,6 +1,6 @@
 """readyq's benchmark: throughput against its peers, scan flatness, enqueue and memory.
 
-    python bench/run.py                 # everything, about 10 minutes on 2 cores
+    python bench/run.py                 # everything, about 4 minutes on 2 cores
     python bench/run.py --quick         # fewer jobs and one run per configuration
 
 One table per run, every figure measured in the same run on the same machine, since
@@ -12,7 +12,10 @@ the machine is shared and noisy: compare the ratios, not the absolute numbers.
   checked) at default durability. Worker processes start and connect before the clock
   starts (see ``bench/peer_worker.py``). Peers: PGQueuer and Procrastinate when
   installed (``pip install readyq[bench]``), and a minimal correct claim/finish loop per
-  database written straight against the driver.
+  database written straight against the driver. Each round runs every configuration
+  once; the table shows the medians of the rounds.
+* Chains: the same jobs in dependency chains of 10 (each job waits for the one before
+  it), checked afterwards: no job started before the job it depends on finished.
 * Claim latency: p50/p99 of one worker transaction (record outcomes + claim + start).
 * Scan flatness: median time of one claim transaction on an empty table, then with
   ``--done-rows`` finished jobs and ``--waiting-rows`` jobs waiting on an unfinished
