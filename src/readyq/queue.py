@@ -491,13 +491,16 @@ class Queue:
     ) -> NewJob:
         if options.args_model is not None:
             args = normalize_args(options.args_model, options.type, args)
-        if isinstance(depends_on, (str, bytes, int)):
+        if depends_on is None or isinstance(depends_on, (str, bytes, int)):
             raise InvalidJobOption("depends_on must be a list of job ids")
-        deps = (
-            ()
-            if type(depends_on) is tuple and not depends_on
-            else tuple(dict.fromkeys(_job_id(d, "depends_on") for d in depends_on))
-        )
+        if type(depends_on) is tuple and not depends_on:
+            deps: tuple[int, ...] = ()
+        else:
+            try:
+                given = list(depends_on)
+            except TypeError:  # not iterable
+                raise InvalidJobOption("depends_on must be a list of job ids") from None
+            deps = tuple(dict.fromkeys(_job_id(d, "depends_on") for d in given))
         parent_id = None if parent is None else _job_id(parent, "parent")
         run_at: float | None = None
         delay: float | None = None
