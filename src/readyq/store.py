@@ -904,6 +904,29 @@ class Store:
 
     # -- propagation --------------------------------------------------------------------
 
+    def _release_statement(self, now: sa.ColumnElement[float]) -> sa.Update:
+        """Dependents ``:r_ids`` each count ``:r_n`` fewer unfinished upstream jobs; a
+        waiting one whose count reaches zero becomes ready. Built once."""
+        j = self.tables.jobs
+        n = sa.bindparam("r_n", type_=sa.Integer)
+        # SET order matters on MySQL, which evaluates assignments left to right with
+        # already-updated values: decide the state from the old counter.
+        return (
+            sa.update(j)
+            .where(self.dialect.ids_in(j.c.id, "r_ids"))
+            .ordered_values(
+                (
+                    j.c.state,
+                    sa.case(
+                        (sa.and_(j.c.state == "waiting", j.c.pending_deps <= n), "ready"),
+                        else_=j.c.state,
+                    ),
+                ),
+                (j.c.pending_deps, j.c.pending_deps - n),
+                (j.c.updated_at, now),
+            )
+        )
+
     def _propagate(
         self,
         conn: Connection,
@@ -945,27 +968,11 @@ class Store:
                     by_count[n].append(int(dependent))
                 if by_count and self.on_ready is not None:
                     self.on_ready(conn)
+                release = self.dialect.cached(
+                    ("release", j.name), lambda: self._release_statement(now)
+                )
                 for n, ids in sorted(by_count.items()):
-                    # SET order matters on MySQL, which evaluates assignments left to right
-                    # with already-updated values: decide the state from the old counter.
-                    conn.execute(
-                        sa.update(j)
-                        .where(self.dialect.ids_match(j.c.id, sorted(ids)))
-                        .ordered_values(
-                            (
-                                j.c.state,
-                                sa.case(
-                                    (
-                                        sa.and_(j.c.state == "waiting", j.c.pending_deps <= n),
-                                        "ready",
-                                    ),
-                                    else_=j.c.state,
-                                ),
-                            ),
-                            (j.c.pending_deps, j.c.pending_deps - n),
-                            (j.c.updated_at, now),
-                        )
-                    )
+                    conn.execute(release, {"r_ids": sorted(ids), "r_n": n})
             if bad:
                 # Locked, so the 'waiting' check cannot race another transaction failing
                 # the same dependent: each dependent ends once and is counted once.
