@@ -105,6 +105,28 @@ def validate_prefix(prefix: str) -> str:
 # The id of the gate table's single row.
 GATE_ID = 1
 
+# A new job row. The columns a batch insert takes from each job, and the ones every new
+# job starts with:
+BULK_COLUMNS = (
+    "type", "args", "state", "error", "is_container", "parent_id", "group_key", "weight",
+    "priority", "max_attempts", "timeout", "pending_deps", "open_children", "unique_key",
+)
+BULK_CONSTANTS: dict[str, object] = {
+    "attempts": 0,
+    "failed_children": 0,
+    "cancel_requested": False,
+    "retry_on_timeout": True,
+    "lease_token": 0,
+}
+# A new row's values as the store builds them: the bulk columns, then what sets the
+# times, which the database's clock completes (run_after, finished_at).
+ROW_KEYS = (*BULK_COLUMNS, "run_after_at", "run_after_delay", "finished_offset")
+# The columns a bulk insert with ids taken beforehand writes, in order.
+INSERT_COLUMNS = (
+    "id", *BULK_COLUMNS, *BULK_CONSTANTS, "run_after", "created_at", "updated_at",
+    "finished_at",
+)
+
 
 @dataclass(frozen=True)
 class Tables:

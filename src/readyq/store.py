@@ -47,7 +47,14 @@ from readyq.payload import decode
 from readyq.planning.backoff import retry_delay
 from readyq.planning.fair_share import GroupDemand, Progress, account, plan_claims
 from readyq.rates import RateLimit, open_budget
-from readyq.schema import GATE_ID, Tables, build_tables
+from readyq.schema import (
+    BULK_COLUMNS,
+    BULK_CONSTANTS,
+    GATE_ID,
+    ROW_KEYS,
+    Tables,
+    build_tables,
+)
 from readyq.sql.ready import in_flight_by_group, runnable, runnable_head, state_in
 from readyq.transient import is_raw_driver_error
 
@@ -56,20 +63,6 @@ log = logging.getLogger("readyq.store")
 T = TypeVar("T")
 
 MAX_ERROR_CHARS = 8000
-# Columns a batch insert binds per row, and the ones every new job starts with.
-BULK_COLUMNS = (
-    "type", "args", "state", "error", "is_container", "parent_id", "group_key", "weight",
-    "priority", "max_attempts", "timeout", "pending_deps", "open_children", "unique_key",
-)
-# A new row as _row_values gives it: the columns, then what sets the computed ones.
-ROW_KEYS = (*BULK_COLUMNS, "run_after_at", "run_after_delay", "finished_offset")
-BULK_CONSTANTS: dict[str, Any] = {
-    "attempts": 0,
-    "failed_children": 0,
-    "cancel_requested": False,
-    "retry_on_timeout": True,
-    "lease_token": 0,
-}
 DEFAULT_TX_RETRIES = 12
 _STATE_VALUES = {state: state.value for state in JobState}
 _NONE: frozenset[int] = frozenset()

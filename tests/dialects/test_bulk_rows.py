@@ -7,11 +7,12 @@ import sqlalchemy as sa
 
 import readyq
 from readyq import JobState
-from readyq.dialects.postgresql import COPY_COLUMNS, copy_jobs
-from readyq.store import BULK_COLUMNS, BULK_CONSTANTS, ROW_KEYS, NewJob, Store
+from readyq.dialects.postgresql import copy_jobs
+from readyq.schema import BULK_COLUMNS, BULK_CONSTANTS, INSERT_COLUMNS, ROW_KEYS
+from readyq.store import NewJob, Store
 
 
-def test_row_values_follow_the_row_keys_and_copy_columns_follow_them() -> None:
+def test_row_values_follow_the_row_keys_and_insert_columns_follow_them() -> None:
     job = NewJob("T", "A", "G", 2, 3, 4, 5.0, 6.0, None, (), None, False, "U")
     row = dict(zip(ROW_KEYS, Store._row_values(job, JobState.WAITING, 7, "E", 8, 9), strict=True))
     assert row == {
@@ -21,7 +22,7 @@ def test_row_values_follow_the_row_keys_and_copy_columns_follow_them() -> None:
         "run_after_at": 6.0, "run_after_delay": None, "finished_offset": None,
     }
     assert tuple(ROW_KEYS) == (*BULK_COLUMNS, "run_after_at", "run_after_delay", "finished_offset")
-    assert tuple(COPY_COLUMNS) == (
+    assert tuple(INSERT_COLUMNS) == (
         "id", *BULK_COLUMNS, *BULK_CONSTANTS, "run_after", "created_at", "updated_at",
         "finished_at",
     )

@@ -132,7 +132,7 @@ class Dialect(ABC):
         rows: list[tuple[Any, ...]],
         now: sa.ColumnElement[float],
     ) -> list[int] | None:
-        """Insert new job rows (values in the order of ``store.ROW_KEYS``) in a way of
+        """Insert new job rows (values in the order of ``schema.ROW_KEYS``) in a way of
         this database's own, returning their ids in order; None means: use the portable
         multi-row insert."""
         return None

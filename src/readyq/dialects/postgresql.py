@@ -36,7 +36,14 @@ from readyq.dialects.base import (
 )
 from readyq.errors import UnsupportedDatabase
 from readyq.model import ClaimedJob
-from readyq.schema import GATE_ID, Tables
+from readyq.schema import (
+    BULK_COLUMNS,
+    BULK_CONSTANTS,
+    GATE_ID,
+    INSERT_COLUMNS,
+    ROW_KEYS,
+    Tables,
+)
 from readyq.sql.ready import (
     claim_order,
     ready_group_walk,
@@ -139,8 +146,6 @@ class PostgresDialect(Dialect):
         whatever the number of rows, where a multi-row VALUES list would bind (and make
         the driver parse) one parameter per column and row. As ``jsonb`` the text is
         parsed once, where each ``->>`` on ``json`` would parse the row again."""
-        from readyq.store import BULK_COLUMNS, BULK_CONSTANTS, ROW_KEYS
-
         j = t.jobs
         types: dict[str, Any] = {
             "id": sa.BigInteger,
@@ -187,7 +192,7 @@ class PostgresDialect(Dialect):
             now,
             now + src.c.finished_offset,
         )
-        conn.execute(sa.insert(j).from_select(list(COPY_COLUMNS), select))
+        conn.execute(sa.insert(j).from_select(list(INSERT_COLUMNS), select))
 
     def done_update(
         self,
@@ -531,13 +536,6 @@ class PostgresDialect(Dialect):
         )
 
 
-# The columns a bulk insert writes, in order; the values come from store._row_values.
-COPY_COLUMNS = (
-    "id", "type", "args", "state", "error", "is_container", "parent_id", "group_key",
-    "weight", "priority", "max_attempts", "timeout", "pending_deps", "open_children",
-    "unique_key", "attempts", "failed_children", "cancel_requested", "retry_on_timeout",
-    "lease_token", "run_after", "created_at", "updated_at", "finished_at",
-)
 # COPY's text format: a backslash starts an escape, tab and newline end a field and a row.
 _COPY_ESCAPES = str.maketrans({"\\": "\\\\", "\t": "\\t", "\n": "\\n", "\r": "\\r"})
 _NULL = "\\N"
@@ -565,10 +563,8 @@ def copy_jobs(
     Driver errors are wrapped as SQLAlchemy wraps those of any statement, so that
     callers (a unique key's conflict, the retry of a lost connection) see no
     difference; a connection lost on the way is invalidated."""
-    from readyq.store import BULK_CONSTANTS
-
-    # The layouts of the row (store.ROW_KEYS) and of COPY_COLUMNS, spelled out below,
-    # are checked by a unit test.
+    # The f-string below spells out schema.ROW_KEYS (read) and INSERT_COLUMNS (written);
+    # a unit test checks that they still say so.
     constants = "\t".join(
         "t" if v is True else "f" if v is False else str(v) for v in BULK_CONSTANTS.values()
     )
@@ -589,7 +585,7 @@ def copy_jobs(
             f"{_NULL if finished_offset is None else repr(clock + finished_offset)}\n"
         )
     name = conn.dialect.identifier_preparer.format_table(table)
-    sql = f"COPY {name} ({', '.join(COPY_COLUMNS)}) FROM STDIN"
+    sql = f"COPY {name} ({', '.join(INSERT_COLUMNS)}) FROM STDIN"
     raw = conn.connection.driver_connection
     assert raw is not None
     try:
