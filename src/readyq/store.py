@@ -203,7 +203,6 @@ def _truncate(text: str | None) -> str | None:
     return text[: MAX_ERROR_CHARS - 20] + "\n... (truncated)"
 
 
-
 def _no_jobs() -> list[ClaimedJob]:
     return []
 
@@ -587,10 +586,7 @@ class Store:
             {"job_id": ids[pos], "depends_on_id": dep}
             for pos in range(size)
             if outer[pos] or inner[pos]
-            for dep in sorted(
-                {*outer[pos], *(ids[x] for x in inner[pos])} if outer[pos] else
-                {ids[x] for x in inner[pos]}
-            )
+            for dep in sorted({*outer[pos], *(ids[x] for x in inner[pos])})
         ]
         if edges:
             d.insert_edges(conn, t, edges)

@@ -377,7 +377,8 @@ class PostgresDialect(Dialect):
         CTE, then one UPDATE ... RETURNING leases them all."""
         if len(requests) == 1:
             return self.claim(conn, t, requests[0], now)
-        return self._claim_groups(conn, t, requests, now, None)
+        result = self._claim_groups_result(conn, t, requests, now, None)
+        return [claimed_from_row(row) for row in result.all()]
 
     def claim_groups_recording(
         self,
@@ -392,17 +393,6 @@ class PostgresDialect(Dialect):
         held. The claimed rows stay in the driver's result until read."""
         result = self._claim_groups_result(conn, t, requests, now, progress)
         return result.rowcount, lambda: [claimed_from_row(row) for row in result.all()]
-
-    def _claim_groups(
-        self,
-        conn: Connection,
-        t: Tables,
-        requests: Sequence[ClaimRequest],
-        now: sa.ColumnElement[float],
-        progress: tuple[Sequence[tuple[str, float, int]], float, int] | None,
-    ) -> list[ClaimedJob]:
-        result = self._claim_groups_result(conn, t, requests, now, progress)
-        return [claimed_from_row(row) for row in result.all()]
 
     def _claim_groups_result(
         self,
