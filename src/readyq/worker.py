@@ -633,7 +633,7 @@ class Worker:
             worker_id=self.worker_id,
             _heartbeat=self._job_heartbeat,
         )
-        entry = _Running(c, job, spec, False, lease_until, traced)
+        entry = _Running(c, job, spec, lease_until=lease_until, traced=traced)
         stale = self._running.get(c.id)
         if stale is not None:  # an earlier attempt of this job that timed out here
             self._lose(stale)
@@ -659,19 +659,28 @@ class Worker:
 
     def _attempt(self, entry: _Running, began: float, span: Any) -> Outcome:
         """Run the handler; the attempt's outcome, whatever the handler did."""
-        c, job, spec = entry.claimed, entry.job, entry.spec
+        job, spec = entry.job, entry.spec
         try:
             prepare_job(job, spec)
             value = asyncio.run(spec.fn(job)) if spec.is_async else spec.fn(job)
-            return done_outcome(c, value, self.queue.max_payload_bytes, spec,
+            return done_outcome(entry.claimed, value, self.queue.max_payload_bytes, spec,
                                 duration=time.monotonic() - began)
         except BaseException as exc:  # a handler's failure, whatever it is, fails it
-            mark_failed(span, exc)
-            outcome = failed_outcome(c, job, spec, exc, duration=time.monotonic() - began)
-            if not isinstance(exc, Exception):
-                self._report(outcome)
-                raise
-            return outcome
+            return self._failed(entry, began, span, exc)
+
+    def _failed(
+        self, entry: _Running, began: float, span: Any, exc: BaseException
+    ) -> Outcome:
+        """The outcome of an attempt whose handler (or its args or result) raised
+        ``exc``, called from its ``except`` block. An exit that is not an Exception
+        (SystemExit, KeyboardInterrupt) is reported at once, then raised again."""
+        mark_failed(span, exc)
+        outcome = failed_outcome(entry.claimed, entry.job, entry.spec, exc,
+                                 duration=time.monotonic() - began)
+        if not isinstance(exc, Exception):
+            self._report(outcome)
+            raise exc
+        return outcome
 
     def _too_late(self, entry: _Running, now: float) -> bool:
         """True (and the job handed back) when the lease may have expired before the

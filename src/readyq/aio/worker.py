@@ -20,14 +20,13 @@ from sqlalchemy.util.concurrency import await_only, greenlet_spawn
 
 from readyq.errors import ConfigurationError
 from readyq.model import Job
-from readyq.tracing import attempt_span, mark_failed
+from readyq.tracing import attempt_span
 from readyq.worker import (
     Worker,
     WorkerStats,
     _HandlerPool,
     _Running,
     done_outcome,
-    failed_outcome,
     prepare_job,
 )
 
@@ -135,11 +134,7 @@ class AsyncWorker(Worker):
                 outcome = done_outcome(c, value, self.queue.max_payload_bytes, spec,
                                        duration=time.monotonic() - began)
             except BaseException as exc:  # a handler's failure, whatever it is, fails it
-                mark_failed(span, exc)
-                outcome = failed_outcome(c, job, spec, exc, duration=time.monotonic() - began)
-                if not isinstance(exc, Exception):
-                    self._report(outcome)
-                    raise
+                outcome = self._failed(entry, began, span, exc)
         self._report(outcome)
 
     def _job_heartbeat(self, job: Job) -> None:
