@@ -11,7 +11,9 @@ Deviations and limits:
   ``BEGIN IMMEDIATE`` itself as the first statement of the transaction, so the driver
   sees a transaction already open and adds nothing.
 * WAL journal (readers never block the writer) and a busy timeout; SQLITE_BUSY that
-  still escapes is retried by the store, never surfaced.
+  still escapes is retried by the store, never surfaced. A ``BEGIN IMMEDIATE`` that
+  finds the write lock taken polls for it every millisecond or less instead of
+  sleeping in SQLite's busy handler, so that one process cannot starve another.
 * The claim is one ``UPDATE ... WHERE id IN (SELECT ... LIMIT n) RETURNING ...``: with
   the write lock held nothing else can touch the rows.
 * The clock is ``julianday('now')``, millisecond precision. All processes must share one
@@ -22,6 +24,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
+import time
 from collections.abc import Sequence
 from typing import Any, ClassVar
 
@@ -50,6 +53,9 @@ from readyq.schema import Tables
 from readyq.sql.ready import claim_order, runnable
 
 BUSY_TIMEOUT_MS = 5000
+# The pauses between tries of the write lock (see SQLiteDialect.begin_write), seconds.
+LOCK_POLL_FIRST = 0.0001
+LOCK_POLL_MAX = 0.001
 
 
 def _pragmas(dbapi_conn: Any, _record: Any) -> None:
@@ -60,6 +66,12 @@ def _pragmas(dbapi_conn: Any, _record: Any) -> None:
     # was made by other tools.
     cur.execute("PRAGMA journal_mode = WAL")
     cur.close()
+
+
+def _locked(exc: BaseException) -> bool:
+    """SQLITE_BUSY: another connection holds the lock."""
+    text = str(getattr(exc, "orig", exc)).lower()
+    return "database is locked" in text or "database table is locked" in text
 
 
 class _IdList(sa.types.TypeDecorator[list[int]]):
@@ -98,7 +110,45 @@ class SQLiteDialect(Dialect):
             )
 
     def begin_write(self, conn: Connection) -> None:
-        conn.exec_driver_sql("BEGIN IMMEDIATE")
+        """``BEGIN IMMEDIATE``; while another connection holds the write lock, poll for it.
+
+        SQLite's own busy handler sleeps 1, 2, 5, 10 ... up to 100 ms between tries, so a
+        writer that misses the lock once tends to sleep through several short
+        transactions of another process. On Python's sqlite3 driver the wait is done
+        here instead: the busy timeout is off for the ``BEGIN`` alone and the lock is
+        tried again after pauses of 0.1 ms growing to 1 ms, for at most the busy
+        timeout, after which the error is raised as before (the store retries it).
+        """
+        raw = conn.connection.driver_connection
+        if not isinstance(raw, sqlite3.Connection):  # aiosqlite: SQLite's busy handler
+            conn.exec_driver_sql("BEGIN IMMEDIATE")
+            return
+        raw.execute("PRAGMA busy_timeout = 0")
+        try:
+            try:
+                conn.exec_driver_sql("BEGIN IMMEDIATE")
+                return
+            except sa.exc.OperationalError as exc:
+                if not _locked(exc):
+                    raise
+                first = exc
+            # The later tries go to the driver directly: they are many and cheap, and
+            # the first one already went through the engine's events.
+            deadline = time.monotonic() + BUSY_TIMEOUT_MS / 1000
+            pause = LOCK_POLL_FIRST
+            while True:
+                time.sleep(pause)
+                try:
+                    raw.execute("BEGIN IMMEDIATE")
+                    return
+                except sqlite3.OperationalError as exc:
+                    if not _locked(exc):
+                        raise
+                    if time.monotonic() >= deadline:
+                        raise first from exc
+                pause = min(pause * 2, LOCK_POLL_MAX)
+        finally:
+            raw.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
 
     def lock_rows(self, stmt: sa.Select[Any]) -> sa.Select[Any]:
         # Nothing to add: BEGIN IMMEDIATE already holds the only lock SQLite has.
@@ -114,10 +164,7 @@ class SQLiteDialect(Dialect):
         return getattr(driver_error(exc), "sqlite_errorname", None)
 
     def is_retryable(self, exc: BaseException) -> bool:
-        if super().is_retryable(exc):
-            return True
-        text = str(getattr(exc, "orig", exc)).lower()
-        return "database is locked" in text or "database table is locked" in text
+        return super().is_retryable(exc) or _locked(exc)
 
     def is_missing_table(self, exc: BaseException) -> bool:
         return "no such table" in str(getattr(exc, "orig", exc)).lower()
