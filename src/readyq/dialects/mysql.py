@@ -46,9 +46,12 @@ from readyq.dialects.base import (
 from readyq.errors import UnsupportedDatabase
 from readyq.model import ClaimedJob
 from readyq.schema import GATE_ID, Tables
-from readyq.sql.ready import claim_order, runnable
+from readyq.sql.ready import claim_order, runnable, runnable_head
 
 MYSQL_MIN = (8, 0, 1)
+# Up to this many groups, a claim reads the groups and their counts in one statement
+# (MySQLDialect.ready_counts); beyond, step by step.
+KNOWN_GROUPS_MAX = 32
 MARIADB_MIN = (10, 6)
 
 
@@ -67,6 +70,40 @@ def check_version(is_mariadb: bool, version: tuple[int, ...]) -> None:
         )
 
 
+def _group_probe(t: Tables, after: sa.ColumnElement[str] | None) -> sa.Select[Any]:
+    """The first group with ready rows (after ``after``): one probe of the ready index."""
+    j = t.jobs
+    stmt = sa.select(j.c.group_key).where(j.c.state == "ready")
+    if after is not None:
+        stmt = stmt.where(j.c.group_key > after)
+    return stmt.order_by(j.c.state, j.c.group_key).limit(1)
+
+
+def _counts_and_successors(
+    t: Tables, now: sa.ColumnElement[float], types: Sequence[str] | None, n: int
+) -> sa.CompoundSelect[Any] | sa.Select[Any]:
+    """Rows (kind, i, group, n, w): kind 0 is a probe (the first group for i = -1, the
+    group after group i otherwise), kind 1 group i's runnable count up to ``:cap`` and
+    its largest weight. Groups are bound as ``:g0`` .. ``:g{n-1}``."""
+    cap = sa.bindparam("cap", type_=sa.Integer)
+    none = sa.null()
+    # Scalar subqueries: a probe that finds nothing still yields its row, with NULL.
+    parts: list[sa.Select[Any]] = [
+        sa.select(sa.literal(0), sa.literal(-1), _group_probe(t, None).scalar_subquery(),
+                  none, none)
+    ]
+    for i in range(n):
+        key = sa.bindparam(f"g{i}", type_=t.jobs.c.group_key.type)
+        parts.append(sa.select(sa.literal(0), sa.literal(i),
+                               _group_probe(t, key).scalar_subquery(), none, none))
+        head = runnable_head(t, now, key, types, cap).subquery()
+        parts.append(
+            sa.select(sa.literal(1), sa.literal(i), none, sa.func.count(),
+                      sa.func.max(head.c.weight)).select_from(head)
+        )
+    return sa.union_all(*parts) if n else parts[0]
+
+
 class MySQLDialect(Dialect):
     name: ClassVar[str] = "mysql"
     capabilities: ClassVar[Capabilities] = Capabilities(
@@ -83,6 +120,8 @@ class MySQLDialect(Dialect):
     def __init__(self, server_version: tuple[int, ...] = (), *, is_mariadb: bool = False):
         super().__init__(server_version)
         self.is_mariadb = is_mariadb
+        # jobs table -> the groups with ready rows that the last skip scan found.
+        self._known_groups: dict[str, tuple[str, ...]] = {}
 
     @property
     def flavour(self) -> str:
@@ -112,17 +151,14 @@ class MySQLDialect(Dialect):
 
         Inside a recursive CTE MariaDB probes the index by ``state`` alone and filters
         ``group_key > k`` row by row; a plain query uses the (state, group_key) range.
+        The groups found are remembered for :meth:`ready_counts`.
         """
         j = t.jobs
-
-        def probe(after: bool) -> sa.Select[Any]:
-            stmt = sa.select(j.c.group_key).where(j.c.state == "ready")
-            if after:
-                stmt = stmt.where(j.c.group_key > sa.bindparam("after", type_=sa.String))
-            return stmt.order_by(j.c.state, j.c.group_key).limit(1)
-
-        first = self.cached(("ready_group_first", j.name), lambda: probe(False))
-        step = self.cached(("ready_group_next", j.name), lambda: probe(True))
+        first = self.cached(("ready_group_first", j.name), lambda: _group_probe(t, None))
+        step = self.cached(
+            ("ready_group_next", j.name),
+            lambda: _group_probe(t, sa.bindparam("after", type_=sa.String)),
+        )
         keys: list[str] = []
         while True:
             if keys:
@@ -130,8 +166,61 @@ class MySQLDialect(Dialect):
             else:
                 key = conn.execute(first).scalar()
             if key is None:
+                self._known_groups[j.name] = tuple(keys)
                 return keys
             keys.append(key)
+
+    def ready_counts(
+        self,
+        conn: Connection,
+        t: Tables,
+        now: sa.ColumnElement[float],
+        types: Sequence[str] | None,
+        cap: int,
+    ) -> dict[str, tuple[int, int]] | None:
+        """The groups and their runnable counts in one statement, from the groups the
+        last skip scan found.
+
+        The statement asks, for each of those groups, for its runnable count (up to the
+        cap) and for the next group after it in the ready index, plus the first group.
+        Following the successors from the first group walks every group that has ready
+        rows; if the walk stays within the known groups, it is the skip scan's answer
+        and the counts are right. A group it does not know (or no scan yet, or too many
+        groups) returns None: the caller then takes the loop of probes, which learns the
+        new set.
+        """
+        known = self._known_groups.get(t.jobs.name)
+        if known is None or len(known) > KNOWN_GROUPS_MAX:
+            return None
+        n = len(known)
+        shape = None if types is None else tuple(types)
+        stmt = self.cached(
+            ("ready_counts", t.jobs.name, shape, n),
+            lambda: _counts_and_successors(t, now, types, n),
+        )
+        params: dict[str, Any] = {f"g{i}": key for i, key in enumerate(known)}
+        params["cap"] = cap
+        first: str | None = None
+        after: dict[str, str | None] = {}
+        counts: dict[str, tuple[int, int]] = {}
+        for kind, i, key, count, weight in conn.execute(stmt, params):
+            if kind == 0:
+                if i < 0:
+                    first = key
+                else:
+                    after[known[i]] = key
+            elif count:
+                counts[known[i]] = (int(count), int(weight))
+        walked: list[str] = []
+        key = first
+        while key is not None:
+            if key not in after:
+                return None  # a group the statement did not ask about
+            walked.append(key)
+            key = after[key]
+        if len(walked) != n:
+            self._known_groups[t.jobs.name] = tuple(walked)
+        return {k: counts[k] for k in walked if k in counts}
 
     def now(self) -> sa.ColumnElement[float]:
         # UNIX_TIMESTAMP() without an argument does not depend on the session time zone;
