@@ -916,6 +916,16 @@ class Store:
             )
         )
 
+    def _release_notifying(
+        self, now: sa.ColumnElement[float], notice: sa.ColumnElement[Any]
+    ) -> sa.Select[Any]:
+        """The release as a data-modifying CTE, and ``notice`` (a NOTIFY) evaluated once
+        if one of the rows it updated is ready now (PostgreSQL)."""
+        released = (
+            self._release_statement(now).returning(self.tables.jobs.c.state).cte("released")
+        )
+        return sa.select(notice).select_from(released).where(released.c.state == "ready").limit(1)
+
     def _propagate(
         self,
         conn: Connection,
@@ -955,11 +965,20 @@ class Store:
                 by_count: dict[int, list[int]] = defaultdict(list)
                 for dependent, n in edges.items():
                     by_count[n].append(int(dependent))
-                if by_count and self.on_ready is not None:
-                    self.on_ready(conn)
-                release = self.dialect.cached(
-                    ("release", j.name), lambda: self._release_statement(now)
-                )
+                notice = self.ready_notice() if self.ready_notice is not None else None
+                if notice is not None:
+                    # The NOTIFY rides on the release itself, sent only if a dependent
+                    # became ready.
+                    release: sa.Executable = self.dialect.cached(
+                        ("release_notify", j.name),
+                        lambda notice=notice: self._release_notifying(now, notice),
+                    )
+                else:
+                    if by_count and self.on_ready is not None:
+                        self.on_ready(conn)
+                    release = self.dialect.cached(
+                        ("release", j.name), lambda: self._release_statement(now)
+                    )
                 for n, ids in sorted(by_count.items()):
                     conn.execute(release, {"r_ids": sorted(ids), "r_n": n})
             if bad:

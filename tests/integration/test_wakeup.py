@@ -19,6 +19,7 @@ import sqlalchemy as sa
 
 import readyq
 from async_support import async_engine
+from readyq.store import Outcome
 from readyq.wakeup import Listener, channel_for, conninfo_for
 
 WORKER = {"concurrency": 4, "lease_ttl": 30.0, "heartbeat_interval": 10.0}
@@ -179,6 +180,39 @@ def test_a_rolled_back_enqueue_wakes_nobody_and_never_runs(
     started = h.wait_started(2, 3.0)
     assert started is not None and started - t0 < 0.5
     assert 1 not in h.started
+
+
+def test_a_dependent_made_ready_wakes_an_idle_worker_and_a_partial_release_does_not(
+    harness: Any, dialect_name: str
+) -> None:
+    _pg_only(dialect_name)
+    h = harness("sync", 30.0)
+    assert h.listener() is not None
+    # Two upstream jobs of a type registered after the worker started, so that it does
+    # not run them (they are finished by hand below), and one job it runs, waiting for
+    # both.
+    h.q.handler("up")(lambda job: None)
+    first = h.q.enqueue("up")
+    second = h.q.enqueue("up")
+    h.q.enqueue("mark", {"n": 1}, depends_on=[first, second])
+    store = h.q._store
+
+    def finish(job_id: int) -> float:
+        _, claimed = store.cycle("other", [], cap=10, limit=1, ttl=30.0, types=["up"],
+                                 start={"up": (None, True)})
+        assert [c.id for c in claimed] == [job_id]
+        t0 = time.monotonic()
+        assert store.finish("other", [Outcome(job=claimed[0], kind="done")]) == {job_id: True}
+        return t0
+
+    h.settle()
+    ticks = h.worker.stats.ticks
+    finish(first)
+    time.sleep(0.5)
+    assert h.worker.stats.ticks == ticks, "no job became ready, so no NOTIFY"
+    t0 = finish(second)
+    started = h.wait_started(1, 3.0)
+    assert started is not None and started - t0 < 0.5, "woken by NOTIFY, not the 30 s poll"
 
 
 @pytest.mark.parametrize("mode", ["sync", "async"])
