@@ -12,8 +12,10 @@ the machine is shared and noisy: compare the ratios, not the absolute numbers.
   checked) at default durability. Worker processes start and connect before the clock
   starts (see ``bench/peer_worker.py``). Peers: PGQueuer and Procrastinate when
   installed (``pip install readyq[bench]``), and a minimal correct claim/finish loop per
-  database written straight against the driver. Each round runs every configuration
-  once; the table shows the medians of the rounds.
+  database written straight against the driver, in two forms: claiming 100 jobs per
+  transaction and marking them done with one UPDATE (no per-job result), or with one
+  UPDATE per job (each job's own result, fenced) in one transaction. Each round runs
+  every configuration once; the table shows the medians of the rounds.
 * Chains: the same jobs in dependency chains of 10 (each job waits for the one before
   it), checked afterwards: no job started before the job it depends on finished.
 * Claim latency: p50/p99 of one worker transaction (record outcomes + claim + start).
@@ -443,6 +445,8 @@ def main(argv: list[str] | None = None) -> int:
                 minimal_url = peers._pg_url(url) if kind == "postgresql" else (url or "sqlite://")
                 configs.append((f"minimal {kind}", lambda u=minimal_url, p=p: from_peer(
                     peers.run_minimal_loop(u, args.jobs, p, 100))))
+                configs.append((f"minimal-each {kind}", lambda u=minimal_url, p=p: from_peer(
+                    peers.run_minimal_loop(u, args.jobs, p, 100, finish="each"))))
             if "peers" not in args.skip:
                 configs += [
                     ("pgq100", lambda p=p: from_peer(peers.run_pgqueuer(pg, args.jobs, p, 100))),
