@@ -45,7 +45,13 @@ from readyq.model import (
 )
 from readyq.payload import decode
 from readyq.planning.backoff import retry_delay
-from readyq.planning.fair_share import GroupDemand, Progress, account, plan_claims
+from readyq.planning.fair_share import (
+    GroupDemand,
+    Progress,
+    account,
+    plan_claims,
+    planned_progress,
+)
 from readyq.rates import RateLimit, open_budget
 from readyq.schema import (
     BULK_COLUMNS,
@@ -1259,7 +1265,7 @@ class Store:
             # Where the database can, the claim also stores the progress the plan
             # expects; it is corrected below in the rare case that fewer jobs came back
             # (rows locked by another transaction are skipped).
-            expected = account(plan, plan.claims, demands, vclock, seq)
+            expected = planned_progress(plan, seq)
             got = d.claim_groups_recording(
                 conn, t, requests, now,
                 (progress_rows(expected), expected.vclock, expected.seq),

@@ -6,8 +6,17 @@ import heapq
 import itertools
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
-from readyq.planning.fair_share import GroupDemand, Plan, account, plan_claims, quotas
+from readyq.planning.fair_share import (
+    GroupDemand,
+    Plan,
+    account,
+    plan_claims,
+    planned_progress,
+    quotas,
+)
 
 
 def demand(key: str, weight: int = 1, in_flight: int = 0, runnable: int = 100,
@@ -64,6 +73,38 @@ def test_more_groups_than_slots_rotate_by_least_recently_served() -> None:
         served.extend(plan.picks)
     # 12 slots over 6 groups: every group served twice, none starved.
     assert sorted(served) == sorted([f"g{i}" for i in range(6)] * 2)
+
+
+@given(
+    groups=st.lists(
+        st.tuples(
+            st.integers(1, 5),  # weight
+            st.integers(0, 6),  # in flight
+            st.integers(0, 30),  # runnable
+            st.one_of(st.none(), st.floats(0, 20, allow_nan=False)),  # stored finish tag
+            st.integers(0, 50),  # served sequence
+        ),
+        min_size=1,
+        max_size=6,
+    ),
+    cap=st.integers(1, 40),
+    limit=st.integers(1, 40),
+    vclock=st.floats(0, 20, allow_nan=False),
+    seq=st.integers(0, 1000),
+)
+def test_the_plans_own_progress_is_what_accounting_for_every_planned_job_gives(
+    groups: list[tuple[int, int, int, float | None, int]],
+    cap: int,
+    limit: int,
+    vclock: float,
+    seq: int,
+) -> None:
+    demands = [
+        demand(f"g{i}", w, in_flight=f, runnable=r, vfinish=v, seq=s)
+        for i, (w, f, r, v, s) in enumerate(groups)
+    ]
+    plan = plan_claims(cap, demands, vclock, max_claims=limit)
+    assert planned_progress(plan, seq) == account(plan, plan.claims, demands, vclock, seq)
 
 
 def test_account_only_advances_groups_for_jobs_actually_claimed() -> None:

@@ -36,10 +36,19 @@ class GroupDemand:
 
 @dataclass(frozen=True)
 class Plan:
-    """How many jobs to claim per group, and the order the slots were handed out."""
+    """How many jobs to claim per group, and the order the slots were handed out.
+
+    ``vclock``, ``vfinish`` and ``last`` are the fair-share state the plan ends with if
+    every planned job is claimed: the clock, each served group's finish tag, and the
+    index in ``picks`` of each served group's last pick (see :func:`planned_progress`).
+    """
 
     claims: dict[str, int]
     picks: tuple[str, ...]
+    # Derived from the picks: two plans with the same picks are the same plan.
+    vclock: float = field(default=0.0, compare=False)
+    vfinish: dict[str, float] = field(default_factory=dict, compare=False)
+    last: dict[str, int] = field(default_factory=dict, compare=False)
 
 
 @dataclass(frozen=True)
@@ -88,7 +97,7 @@ def plan_claims(
     if max_claims is not None:
         free = min(free, max_claims)
     if free <= 0:
-        return Plan(claims={}, picks=())
+        return Plan(claims={}, picks=(), vclock=vclock)
     q = quotas(cap, demands)
     limit = {k: max(1, math.ceil(v - 1e-9)) for k, v in q.items() if v > 0}
     # Each slot goes to the eligible group with the smallest (max(clock, tag), seq, key).
@@ -115,6 +124,8 @@ def plan_claims(
     heapq.heapify(level)
     claims: dict[str, int] = {}
     picks: list[str] = []
+    vfinish: dict[str, float] = {}
+    last: dict[str, int] = {}
     clock = vclock
     for order in range(1, free + 1):
         if level:
@@ -130,11 +141,24 @@ def plan_claims(
             heapq.heappush(level, (s, k))
         claims[best] = claims.get(best, 0) + 1
         picks.append(best)
+        tag = vfinish[best] = start + 1.0 / weight[best]
+        last[best] = order
         room[best] -= 1
         if room[best] > 0:
             # Served groups queue behind the ones never served in this plan.
-            heapq.heappush(ahead, (start + 1.0 / weight[best], 1 << 62 | order, best))
-    return Plan(claims=claims, picks=tuple(picks))
+            heapq.heappush(ahead, (tag, 1 << 62 | order, best))
+    return Plan(claims=claims, picks=tuple(picks), vclock=clock, vfinish=vfinish, last=last)
+
+
+def planned_progress(plan: Plan, seq: int) -> Progress:
+    """The state after every planned job is claimed: what ``account(plan, plan.claims,
+    ...)`` returns, without replaying the picks. ``seq`` is the sequence before."""
+    return Progress(
+        vclock=plan.vclock,
+        seq=seq + len(plan.picks),
+        vfinish=dict(plan.vfinish),
+        served_seq={key: seq + order for key, order in plan.last.items()},
+    )
 
 
 def account(
