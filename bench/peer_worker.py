@@ -356,6 +356,9 @@ def main(argv: list[str]) -> None:
         _minimal_sqlite(cfg)
     else:
         raise SystemExit(f"unknown worker kind {kind!r}")
+    # Stay until the parent has read the machine's CPU counters: a worker that exits
+    # while another still runs would add its interpreter shutdown to the run.
+    sys.stdin.readline()
 
 
 if __name__ == "__main__":

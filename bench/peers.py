@@ -50,6 +50,10 @@ What is measured, the same way for every system:
 * ``cpu_us_per_job``: the worker processes' user+system CPU time between
   ``GO`` and the end of their loop (``getrusage(RUSAGE_SELF)`` in each),
   summed, in microseconds per job.  Database server CPU is not included.
+* ``server_cpu_us_per_job``: the whole machine's busy CPU time over the same
+  window (``/proc/stat``; None where there is none) minus the workers' own, per
+  job: the database server and the kernel's work for it (about 0 on SQLite,
+  which runs inside the workers), plus whatever else the machine ran.
 * ``commits_per_job``: PostgreSQL: ``pg_stat_database.xact_commit`` delta of
   the benchmark database over the run (read from a connection to another
   database, after the workers have disconnected so their stats are flushed),
@@ -101,9 +105,48 @@ class PeerResult:
     jobs_per_s: float
     cpu_us_per_job: float
     commits_per_job: float | None
+    server_cpu_us_per_job: float | None = None
 
 
 # ----------------------------------------------------------------------------- helpers
+
+
+class _Lines:
+    """Lines from a worker's stdout, read from the file descriptor itself: a buffered
+    reader could hold a line that ``select`` then never reports."""
+
+    def __init__(self, proc: subprocess.Popen) -> None:
+        self._fd = proc.stdout.fileno()
+        self._buf = b""
+
+    def next(self, deadline: float) -> str | None:
+        """The next line, "" at end of file, None if the deadline passes first."""
+        while b"\n" not in self._buf:
+            left = max(0.0, deadline - time.monotonic())
+            ready, _, _ = select.select([self._fd], [], [], left)
+            if not ready:
+                return None
+            chunk = os.read(self._fd, 65536)
+            if not chunk:
+                line, self._buf = self._buf, b""
+                return line.decode()
+            self._buf += chunk
+        line, _, self._buf = self._buf.partition(b"\n")
+        return line.decode() + "\n"
+
+
+def _machine_busy() -> float | None:
+    """Seconds of CPU time the machine has spent busy since boot (user, nice, system,
+    irq and softirq over every core, from /proc/stat), or None where it cannot say."""
+    try:
+        with open("/proc/stat") as f:
+            fields = f.readline().split()
+    except OSError:
+        return None
+    if not fields or fields[0] != "cpu":
+        return None
+    user, nice, system, _idle, _iowait, irq, softirq = (int(x) for x in fields[1:8])
+    return (user + nice + system + irq + softirq) / os.sysconf("SC_CLK_TCK")
 
 
 def _pg_url(url: str, db: str | None = None) -> str:
@@ -170,6 +213,7 @@ class _Run:
     cpu: float
     executed: int
     commits: int | None
+    machine_cpu: float | None = None  # the machine's busy CPU seconds over the run
 
 
 def _run_workers(
@@ -195,14 +239,15 @@ def _run_workers(
                     text=True,
                 )
             )
+        lines = [_Lines(p) for p in procs]
         deadline = time.monotonic() + 120
         for i, p in enumerate(procs):
-            ready, _, _ = select.select([p.stdout], [], [], max(0.0, deadline - time.monotonic()))
-            line = p.stdout.readline() if ready else ""
-            if line.strip() != "READY":
+            line = lines[i].next(deadline)
+            if line is None or line.strip() != "READY":
                 raise RuntimeError(f"{kind} worker {i} did not start: {_tail(p, errs[i])}")
         if on_ready is not None:
             on_ready()
+        busy0 = _machine_busy()
         t0 = time.monotonic()
         for p in procs:
             p.stdin.write("GO\n")
@@ -210,18 +255,29 @@ def _run_workers(
         deadline = t0 + timeout
         results = []
         for i, p in enumerate(procs):
-            try:
-                out, _ = p.communicate(timeout=max(1.0, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                raise RuntimeError(
-                    f"{kind} worker {i} still running after {timeout:.0f}s (queue not drained?)"
-                ) from None
-            lines = [x for x in out.splitlines() if x.startswith("{")]
-            if p.returncode != 0 or not lines:
+            # Each worker reports one JSON line when its loop is done, then waits for
+            # its stdin to close (see peer_worker.main).
+            line = ""
+            while not line.startswith("{"):
+                got = lines[i].next(deadline)
+                if got is None:
+                    raise RuntimeError(
+                        f"{kind} worker {i} still running after {timeout:.0f}s (queue not "
+                        f"drained?)"
+                    )
+                if not got:
+                    raise RuntimeError(
+                        f"{kind} worker {i} failed (exit {p.wait()}): {_tail(p, errs[i])}"
+                    )
+                line = got
+            results.append(json.loads(line))
+        busy1 = _machine_busy()
+        for i, p in enumerate(procs):
+            p.stdin.close()
+            if p.wait(timeout=60) != 0:
                 raise RuntimeError(
                     f"{kind} worker {i} failed (exit {p.returncode}): {_tail(p, errs[i])}"
                 )
-            results.append(json.loads(lines[-1]))
     finally:
         for p in procs:
             if p.poll() is None:
@@ -236,6 +292,7 @@ def _run_workers(
         cpu=sum(r["cpu"] for r in results),
         executed=sum(r["executed"] for r in results),
         commits=None if None in commits else sum(commits),
+        machine_cpu=None if busy0 is None or busy1 is None else busy1 - busy0,
     )
 
 
@@ -264,7 +321,15 @@ def _result(
         jobs_per_s=jobs / run.seconds,
         cpu_us_per_job=run.cpu * 1e6 / jobs,
         commits_per_job=None if commits is None else commits / jobs,
+        server_cpu_us_per_job=_server_cpu(run, jobs),
     )
+
+
+def _server_cpu(run: _Run, jobs: int) -> float | None:
+    """The machine's CPU per job beyond the workers' own (see the module docstring)."""
+    if run.machine_cpu is None:
+        return None
+    return max(0.0, run.machine_cpu - run.cpu) * 1e6 / jobs
 
 
 def _check(system: str, what: str, got: int, want: int) -> None:
@@ -694,7 +759,7 @@ def main(argv: list[str] | None = None) -> int:
 
     head = (
         f"{'system':42} {'database':10} {'procs':>5} {'jobs':>6} {'jobs/s':>9}"
-        f" {'CPU us/job':>10} {'commits/job':>11}"
+        f" {'CPU us/job':>10} {'server us/job':>13} {'commits/job':>11}"
     )
     print(f"\nmedians of {args.repeat} runs ({time.monotonic() - started:.0f}s total)")
     print(head)
@@ -708,9 +773,11 @@ def main(argv: list[str] | None = None) -> int:
             med = lambda f: statistics.median(f(r) for r in rs)  # noqa: E731
             commits = [r.commits_per_job for r in rs]
             cpj = "-" if None in commits else f"{statistics.median(commits):.3f}"
+            servers = [r.server_cpu_us_per_job for r in rs]
+            server = "-" if None in servers else f"{statistics.median(servers):,.0f}"
             print(
                 f"{name:42} {db:10} {p:>5} {n:>6} {med(lambda r: r.jobs_per_s):>9,.0f}"
-                f" {med(lambda r: r.cpu_us_per_job):>10,.0f} {cpj:>11}"
+                f" {med(lambda r: r.cpu_us_per_job):>10,.0f} {server:>13} {cpj:>11}"
             )
     for note in notes:
         print(f"note: {note}")

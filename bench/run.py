@@ -18,6 +18,9 @@ the machine is shared and noisy: compare the ratios, not the absolute numbers.
   every configuration once; the table shows the medians of the rounds.
 * Chains: the same jobs in dependency chains of 10 (each job waits for the one before
   it), checked afterwards: no job started before the job it depends on finished.
+* CPU: the worker processes' own per job, and the rest of the machine's per job over
+  the same window ("server": the database server and the kernel's work for it; about 0
+  on SQLite, which runs inside the workers; see ``bench/peers.py``).
 * Claim latency: p50/p99 of one worker transaction (record outcomes + claim + start).
 * Scan flatness: median time of one claim transaction on an empty table, then with
   ``--done-rows`` finished jobs and ``--waiting-rows`` jobs waiting on an unfinished
@@ -115,6 +118,8 @@ class Row:
     commits_per_job: float | None
     p50_ms: float | None = None
     p99_ms: float | None = None
+    # The machine's CPU beyond the workers' own (the database server), per job.
+    server_cpu_us_per_job: float | None = None
     # readyq only: the global cap and the fair share, checked from the run's own rows.
     cap: int | None = None
     peak: int | None = None
@@ -227,6 +232,7 @@ def run_readyq(
         jobs_per_s=jobs / run.seconds,
         cpu_us_per_job=run.cpu * 1e6 / jobs,
         commits_per_job=None if commits is None else commits / jobs,
+        server_cpu_us_per_job=peers._server_cpu(run, jobs),
         p50_ms=statistics.median(t["p50"] for t in timings) * 1000 if timings else None,
         p99_ms=max(t["p99"] for t in timings) * 1000 if timings else None,
         cap=cap * processes,
@@ -239,7 +245,7 @@ def run_readyq(
 
 def from_peer(r: peers.PeerResult) -> Row:
     return Row(r.system, r.database, r.processes, r.jobs, r.jobs_per_s, r.cpu_us_per_job,
-               r.commits_per_job)
+               r.commits_per_job, server_cpu_us_per_job=r.server_cpu_us_per_job)
 
 
 def median_row(rows: list[Row]) -> Row:
@@ -474,13 +480,15 @@ def main(argv: list[str] | None = None) -> int:
 
     print(f"\nreadyq benchmark, median of {args.repeat} run(s), {args.jobs:,} no-op jobs "
           f"(Procrastinate: 2,000), {os.cpu_count()} cores")
-    print(f"{'system':38} {'database':10} {'procs':>5} {'jobs/s':>9} {'CPU us/job':>10}"
-          f" {'commits/job':>11} {'claim p50/p99 ms':>17}")
+    print(f"{'system':40} {'database':10} {'procs':>5} {'jobs/s':>9} {'CPU us/job':>10}"
+          f" {'server us/job':>13} {'commits/job':>11} {'claim p50/p99 ms':>17}")
     for r in rows:
         lat = f"{r.p50_ms:.1f} / {r.p99_ms:.1f}" if r.p50_ms is not None else ""
         commits = f"{r.commits_per_job:.3f}" if r.commits_per_job is not None else ""
-        print(f"{r.system:38} {r.database:10} {r.processes:>5} {r.jobs_per_s:>9,.0f}"
-              f" {r.cpu_us_per_job:>10,.0f} {commits:>11} {lat:>17}")
+        server = (f"{r.server_cpu_us_per_job:,.0f}" if r.server_cpu_us_per_job is not None
+                  else "")
+        print(f"{r.system:40} {r.database:10} {r.processes:>5} {r.jobs_per_s:>9,.0f}"
+              f" {r.cpu_us_per_job:>10,.0f} {server:>13} {commits:>11} {lat:>17}")
     if rows:
         print("\nratios (same run):")
         for p in args.processes:
