@@ -1,7 +1,8 @@
 """Worker process for the peer benchmarks in ``bench/peers.py``.
 
 Run as ``python bench/peer_worker.py KIND CONFIG_JSON``; ``peers.py`` starts
-one of these per worker process.  The protocol with the parent is three lines:
+one of these per worker process.  The protocol with the parent is three lines and
+an end of file:
 
 1. the worker connects and builds everything it needs, then prints ``READY``;
 2. it blocks until the parent writes ``GO`` on its stdin (the parent starts its
@@ -14,10 +15,13 @@ one of these per worker process.  The protocol with the parent is three lines:
         "cpu": <user+system CPU seconds of this process between GO and done>,
         "executed": <jobs the no-op body ran>, "commits": <commits it counted or null>}
 
+4. it exits once its stdin is closed: the parent reads the machine's CPU counters
+   when every worker has reported, before any of them shuts down.
+
 ``time.monotonic()`` is the system-wide CLOCK_MONOTONIC on Linux, so the
 parent can compare it with its own start time.
 
-KIND is one of ``pgqueuer``, ``procrastinate``, ``minimal-postgresql``,
+KIND is one of ``readyq``, ``pgqueuer``, ``procrastinate``, ``minimal-postgresql``,
 ``minimal-mariadb``, ``minimal-sqlite``.
 """
 
