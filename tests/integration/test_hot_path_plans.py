@@ -21,6 +21,7 @@ from typing import Any
 import sqlalchemy as sa
 
 import readyq
+from readyq.store import Lease, Outcome
 
 GROUPS = ("a", "b", "c", "d")
 
@@ -107,6 +108,13 @@ def test_a_worker_tick_reads_jobs_through_indexes(
             assert time.monotonic() < deadline, "the claimed jobs never finished"
             worker.run_once()  # finishes them, claims more
             time.sleep(0.01)
+        # The store's other fenced writes: a start on its own, a heartbeat, a hand-back.
+        store = queue._store
+        claimed = store.claim(owner="probe", cap=100, limit=4, ttl=30, types=["t"])
+        assert claimed
+        assert store.mark_running("probe", [(c, None, True) for c in claimed])
+        store.heartbeat("probe", [Lease(c.id, c.lease_token) for c in claimed], 30)
+        store.finish("probe", [Outcome(job=c, kind="release") for c in claimed])
         queue._store.clock_offset = 3600.0  # every lease expires: the reclaim runs
         queue._store.reclaim()
         queue._store.clock_offset = 0.0

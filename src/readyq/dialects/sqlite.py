@@ -176,6 +176,24 @@ class SQLiteDialect(Dialect):
         whatever the number of ids."""
         return _in_json(column, sa.bindparam(None, list(ids), type_=_IdList))
 
+    def pairs_match(
+        self,
+        id_column: sa.ColumnElement[Any],
+        token_column: sa.ColumnElement[Any],
+        pairs: Sequence[tuple[int, int]],
+    ) -> sa.ColumnElement[bool]:
+        """``id IN (SELECT value FROM json_each(:ids)) AND (id, token) IN (pairs)``.
+
+        SQLite tests a row-value ``IN`` list against every row it reads and does not
+        seek with it: alone, it made a fenced start read the whole table (89 ms with
+        1,100,000 rows). The ids lead the planner to each row by its primary key; the
+        pairs still fence each row by its own token.
+        """
+        return sa.and_(
+            self.ids_match(id_column, [p[0] for p in pairs]),
+            sa.tuple_(id_column, token_column).in_(list(pairs)),
+        )
+
     def ids_in(self, column: sa.ColumnElement[Any], name: str) -> sa.ColumnElement[bool]:
         """``column IN (SELECT value FROM json_each(:name))``; the list is bound at
         execution."""
