@@ -242,6 +242,17 @@ def build_tables(prefix: str = DEFAULT_PREFIX, dialect: str | None = None) -> Ta
         postgresql_where=has_parent,
         sqlite_where=has_parent,
     )
+    # Jobs waiting for their dependencies, by type: whether a worker's types still have
+    # unfinished jobs is then read from indexes alone (migration readyq_0004). MySQL and
+    # MariaDB read it from the indexes that begin with ``state``.
+    if dialect not in MYSQL_DIALECTS:
+        waiting = jobs.c.state == "waiting"
+        sa.Index(
+            f"{prefix}jobs_waiting_type_ix",
+            jobs.c.type,
+            postgresql_where=waiting,
+            sqlite_where=waiting,
+        )
 
     deps = sa.Table(
         f"{prefix}job_deps",

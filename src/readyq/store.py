@@ -1840,12 +1840,21 @@ class Store:
         return self.read(unit)
 
     def has_unfinished(self, types: Sequence[str] | None = None) -> bool:
-        """True while any non-container job (of ``types``) is not terminal."""
+        """True while any non-container job (of ``types``) is not terminal.
+
+        One probe per index that holds unfinished jobs (ready, in flight, waiting), the
+        states written into the SQL so that the partial indexes serve them: finished
+        jobs are never read.
+        """
         j = self.tables.jobs
-        stmt = sa.select(j.c.id).where(j.c.state.in_(UNFINISHED_STATES))
-        if types is not None:
-            stmt = stmt.where(j.c.type.in_(list(types)))
-        return self.read(lambda conn: conn.execute(stmt.limit(1)).first() is not None)
+        probes = []
+        for states in ((JobState.READY.value,), IN_FLIGHT_STATES, (JobState.WAITING.value,)):
+            probe = sa.select(j.c.id).where(state_in(self.tables, *states))
+            if types is not None:
+                probe = probe.where(j.c.type.in_(list(types)))
+            probes.append(sa.exists(probe))
+        stmt = sa.select(sa.or_(*probes))
+        return self.read(lambda conn: bool(conn.execute(stmt).scalar()))
 
     def counts(self) -> dict[str, int]:
         """Number of jobs per state."""

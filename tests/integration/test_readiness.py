@@ -16,6 +16,7 @@ import pytest
 
 import readyq
 from readyq import JobState
+from readyq.store import Outcome
 
 WORKER_OPTIONS: dict[str, Any] = {
     "concurrency": 8,
@@ -323,3 +324,37 @@ def test_job_enqueued_after_a_bad_end_is_born_upstream_failed(
     run_bounded(queue, timeout=30)
     assert queue.get(late).state is JobState.UPSTREAM_FAILED
     assert late not in timeline.started
+
+
+def test_has_unfinished_sees_every_unfinished_state_of_the_given_types(
+    queue: readyq.Queue,
+) -> None:
+    store = queue._store
+
+    @queue.handler("a")
+    def a(job: readyq.Job) -> None:
+        return None
+
+    @queue.handler("b")
+    def b(job: readyq.Job) -> None:
+        return None
+
+    assert not store.has_unfinished()
+    upstream = queue.enqueue("a")
+    waiting = queue.enqueue("b", depends_on=[upstream])
+    assert store.has_unfinished() and store.has_unfinished(["a"])
+    assert store.has_unfinished(["b"])  # waiting only
+    assert not store.has_unfinished(["c"])
+    queue.cancel(waiting)
+    assert not store.has_unfinished(["b"])
+    assert store.has_unfinished(["a"])  # ready
+    (claimed,) = store.claim(owner="w", cap=1, limit=1, ttl=30, types=["a"])
+    assert store.has_unfinished(["a"])  # leased
+    assert store.mark_running("w", [(claimed, None, True)]) == {upstream}
+    assert store.has_unfinished(["a"])  # running
+    assert store.finish("w", [Outcome(job=claimed, kind="done")]) == {upstream: True}
+    assert not store.has_unfinished(["a"]) and not store.has_unfinished()
+    later = queue.enqueue("a", run_after=3600)  # ready, not yet runnable
+    assert store.has_unfinished(["a"])
+    queue.cancel(later)
+    assert not store.has_unfinished()
