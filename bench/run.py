@@ -22,9 +22,10 @@ the machine is shared and noisy: compare the ratios, not the absolute numbers.
   the same window ("server": the database server and the kernel's work for it; about 0
   on SQLite, which runs inside the workers; see ``bench/peers.py``).
 * Claim latency: p50/p99 of one worker transaction (record outcomes + claim + start).
-* Scan flatness: median time of one claim transaction on an empty table, then with
-  ``--done-rows`` finished jobs and ``--waiting-rows`` jobs waiting on an unfinished
-  upstream job.
+* Scan flatness: median time of one claim transaction on a table of 200 jobs, then
+  with ``--done-rows`` finished jobs and ``--waiting-rows`` jobs waiting on an
+  unfinished upstream job; likewise the claimed jobs' start, a heartbeat, their
+  hand-back, and a worker's idle check (whether its types still have unfinished jobs).
 * Enqueue: ``enqueue_many`` of 20,000 jobs with dependencies (one transaction) and
   single ``enqueue`` calls.
 * Memory: a worker's RSS growth while it runs ``--memory-jobs`` jobs (SQLite).
@@ -256,17 +257,33 @@ def median_row(rows: list[Row]) -> Row:
 # -- scan flatness -----------------------------------------------------------------------
 
 
-def claim_time(queue: readyq.Queue, samples: int) -> float:
-    """Median seconds of one claim transaction that takes 10 jobs and hands them back."""
+OPERATIONS = ("claim", "start", "heartbeat", "hand-back", "idle check")
+
+
+def operation_times(queue: readyq.Queue, samples: int) -> dict[str, float]:
+    """Median seconds of each step of a job's life that reads the jobs table: one claim
+    transaction that takes 10 jobs, their start, a heartbeat, their hand-back, and the
+    question a worker run with ``until_idle`` asks when a tick finds nothing (here for a
+    type with no jobs at all, so that no probe stops at a first match)."""
     store = queue._store
-    times = []
-    for _ in range(samples):
+    times: dict[str, list[float]] = {op: [] for op in OPERATIONS}
+
+    def timed(op: str, fn: Callable[[], Any]) -> Any:
         t = time.perf_counter()
-        claimed = store.claim(owner="bench", cap=10, limit=10, ttl=60.0, types=["noop"])
-        times.append(time.perf_counter() - t)
-        store.mark_running("bench", [(c, None, True) for c in claimed])
-        store.finish("bench", [readyq.store.Outcome(job=c, kind="release") for c in claimed])
-    return statistics.median(times)
+        out = fn()
+        times[op].append(time.perf_counter() - t)
+        return out
+
+    for _ in range(samples):
+        claimed = timed("claim", lambda: store.claim(
+            owner="bench", cap=10, limit=10, ttl=60.0, types=["noop"]))
+        timed("start", lambda: store.mark_running("bench", [(c, None, True) for c in claimed]))
+        leases = [readyq.store.Lease(c.id, c.lease_token) for c in claimed]
+        timed("heartbeat", lambda: store.heartbeat("bench", leases, 60.0))
+        timed("hand-back", lambda: store.finish(
+            "bench", [readyq.store.Outcome(job=c, kind="release") for c in claimed]))
+        timed("idle check", lambda: store.has_unfinished(["other"]))
+    return {op: statistics.median(ts) for op, ts in times.items()}
 
 
 def bulk_rows(queue: readyq.Queue, kind: str, done: int, waiting: int) -> None:
@@ -324,7 +341,9 @@ def bulk_rows(queue: readyq.Queue, kind: str, done: int, waiting: int) -> None:
         conn.commit()
 
 
-def scan_flatness(kind: str, base_url: str, done: int, waiting: int) -> tuple[float, float]:
+def scan_flatness(
+    kind: str, base_url: str, done: int, waiting: int
+) -> tuple[dict[str, float], dict[str, float]]:
     url = fresh_database(kind, base_url, "bench_scan")
     queue = readyq.Queue(url)
     queue.create_schema()
@@ -334,9 +353,9 @@ def scan_flatness(kind: str, base_url: str, done: int, waiting: int) -> tuple[fl
         return None
 
     fill_noop(queue, 200)
-    empty = claim_time(queue, 60)
+    empty = operation_times(queue, 60)
     bulk_rows(queue, kind, done, waiting)
-    full = claim_time(queue, 60)
+    full = operation_times(queue, 60)
     queue.close()
     return empty, full
 
@@ -532,12 +551,16 @@ def main(argv: list[str] | None = None) -> int:
             bulk, single = enqueue_rates(kind, url)
             print(f"  {kind:10} {bulk:9,.0f} jobs/s bulk   {single:7,.0f} jobs/s single")
     if "scan" not in args.skip:
-        print(f"\nscan flatness: one claim transaction, median of 60 "
-              f"(+{args.done_rows:,} done rows, +{args.waiting_rows:,} waiting rows)")
+        print(f"\nscan flatness: each step's median of 60, on a table with 200 jobs and then "
+              f"with +{args.done_rows:,} done rows, +{args.waiting_rows:,} waiting rows "
+              f"(claim: one transaction that takes 10 jobs; idle check: whether a type "
+              f"still has unfinished jobs)")
         for kind, url in dbs:
             empty, full = scan_flatness(kind, url, args.done_rows, args.waiting_rows)
-            print(f"  {kind:10} empty {empty * 1000:6.2f} ms   full {full * 1000:6.2f} ms   "
-                  f"ratio {full / empty:.2f}")
+            for i, op in enumerate(OPERATIONS):
+                name = kind if i == 0 else ""
+                print(f"  {name:10} {op:10} empty {empty[op] * 1000:6.2f} ms   "
+                      f"full {full[op] * 1000:6.2f} ms   ratio {full[op] / empty[op]:.2f}")
     if "memory" not in args.skip:
         first, peak = memory_growth(args.memory_jobs)
         print(f"\nmemory: worker RSS over {args.memory_jobs:,} jobs (SQLite): "
