@@ -49,6 +49,9 @@ LIVE_KEY_WHERE = f"unique_key IS NOT NULL AND {NOT_ENDED}"
 # while the job has not ended and is NULL afterwards, and a unique index on it (which
 # admits any number of NULLs) does the same job.
 LIVE_KEY_EXPRESSION = f"CASE WHEN {NOT_ENDED} THEN unique_key END"
+# MySQL and MariaDB: the type of a job waiting for its dependencies, else NULL (a
+# virtual generated column, indexed in place of a partial index).
+WAITING_TYPE_EXPRESSION = "CASE WHEN state = 'waiting' THEN type END"
 MYSQL_DIALECTS = ("mysql", "mariadb")
 
 
@@ -144,9 +147,9 @@ class Tables:
 def build_tables(prefix: str = DEFAULT_PREFIX, dialect: str | None = None) -> Tables:
     """Build the table definitions for ``prefix`` (validated first).
 
-    ``dialect`` is SQLAlchemy's dialect name. It matters for one thing: on ``mysql`` and
-    ``mariadb`` the jobs table has the generated column ``live_unique_key`` that stands in
-    for a partial index.
+    ``dialect`` is SQLAlchemy's dialect name. On ``mysql`` and ``mariadb``, which have no
+    partial indexes, the jobs table has the generated columns ``live_unique_key`` and
+    ``waiting_type`` that stand in for two of them.
     """
     validate_prefix(prefix)
     md = sa.MetaData(naming_convention=NAMING_CONVENTION)
@@ -244,8 +247,15 @@ def build_tables(prefix: str = DEFAULT_PREFIX, dialect: str | None = None) -> Ta
     )
     # Jobs waiting for their dependencies, by type: whether a worker's types still have
     # unfinished jobs is then read from indexes alone (migration readyq_0004). MySQL and
-    # MariaDB read it from the indexes that begin with ``state``.
-    if dialect not in MYSQL_DIALECTS:
+    # MariaDB have no partial indexes: there the index is on a virtual column that holds
+    # the type of waiting jobs only, so that no claim or finish changes its entries.
+    if dialect in MYSQL_DIALECTS:
+        waiting_type = sa.Column(
+            "waiting_type", Key, sa.Computed(WAITING_TYPE_EXPRESSION, persisted=False)
+        )
+        jobs.append_column(waiting_type)
+        sa.Index(f"{prefix}jobs_waiting_type_ix", waiting_type)
+    else:
         waiting = jobs.c.state == "waiting"
         sa.Index(
             f"{prefix}jobs_waiting_type_ix",

@@ -61,7 +61,7 @@ from readyq.schema import (
     Tables,
     build_tables,
 )
-from readyq.sql.ready import in_flight_by_group, runnable, runnable_head, state_in
+from readyq.sql.ready import runnable, runnable_head, state_in
 from readyq.transient import is_raw_driver_error
 
 log = logging.getLogger("readyq.store")
@@ -1312,7 +1312,7 @@ class Store:
         bounded by the cap."""
         in_flight = self.dialect.cached(
             ("in_flight", self.tables.jobs.name),
-            lambda: in_flight_by_group(self.tables, *IN_FLIGHT_STATES),
+            lambda: self.dialect.in_flight_counts(self.tables),
         )
         return {r.group_key: (int(r.n), int(r.w)) for r in conn.execute(in_flight)}
 
@@ -1848,11 +1848,22 @@ class Store:
         """
         j = self.tables.jobs
         probes = []
-        for states in ((JobState.READY.value,), IN_FLIGHT_STATES, (JobState.WAITING.value,)):
+        for states in ((JobState.READY.value,), IN_FLIGHT_STATES):
             probe = sa.select(j.c.id).where(state_in(self.tables, *states))
             if types is not None:
                 probe = probe.where(j.c.type.in_(list(types)))
             probes.append(sa.exists(probe))
+        if "waiting_type" in j.c:  # MySQL, MariaDB: the indexed generated column
+            waiting = (
+                j.c.waiting_type.is_not(None)
+                if types is None
+                else j.c.waiting_type.in_(list(types))
+            )
+        else:
+            waiting = state_in(self.tables, JobState.WAITING.value)
+            if types is not None:
+                waiting = sa.and_(waiting, j.c.type.in_(list(types)))
+        probes.append(sa.exists(sa.select(j.c.id).where(waiting)))
         stmt = sa.select(sa.or_(*probes))
         return self.read(lambda conn: bool(conn.execute(stmt).scalar()))
 

@@ -244,3 +244,12 @@ def test_claim_skips_rows_locked_by_another_transaction(
         claimed = _claim_one(queue)  # must neither block nor take the locked row
         other.rollback()
     assert [c.id for c in claimed] == [second]
+
+
+def test_mysql_in_flight_count_is_held_to_the_in_flight_index() -> None:
+    d = MySQLDialect((10, 11, 19), is_mariadb=True)
+    sql = compiled(d.in_flight_counts(T), mysql.dialect())
+    assert "FROM READYQ_JOBS FORCE INDEX (READYQ_JOBS_STATE_LEASE_EXPIRES_IX)" in sql
+    assert "STATE IN ('LEASED', 'RUNNING')" in sql
+    assert "FORCE INDEX" not in compiled(PostgresDialect((16,)).in_flight_counts(T),
+                                         postgresql.dialect())

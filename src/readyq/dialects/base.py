@@ -266,6 +266,11 @@ class Dialect(ABC):
         """
         return None
 
+    def in_flight_counts(self, t: Tables) -> sa.Select[Any]:
+        """(group_key, n, w) of the jobs in flight: a range of the in-flight index,
+        bounded by the cap."""
+        return in_flight_by_group(t, *IN_FLIGHT_STATES)
+
     def flight_and_history(
         self, conn: Connection, t: Tables, groups: Sequence[str]
     ) -> tuple[dict[str, tuple[int, int]], dict[str, tuple[float, int]]]:
@@ -275,7 +280,7 @@ class Dialect(ABC):
 
         def build() -> sa.CompoundSelect[Any]:
             g = t.groups
-            counted = in_flight_by_group(t, *IN_FLIGHT_STATES).subquery("in_flight")
+            counted = self.in_flight_counts(t).subquery("in_flight")
             flight = sa.select(
                 sa.literal(0).label("history"), counted.c.group_key,
                 counted.c.n, counted.c.w,

@@ -170,6 +170,17 @@ class MySQLDialect(Dialect):
                 return keys
             keys.append(key)
 
+    def in_flight_counts(self, t: Tables) -> sa.Select[Any]:
+        """The in-flight count, held to the (state, lease_expires) index.
+
+        Left to itself, the optimizer estimates the ``state IN ('leased', 'running')``
+        range from an index that churns with every claim and finish, and on a table of
+        20,000 rows it was seen to scan the whole table, or to read 3,200 entries of
+        another index, for the hundred-odd jobs in flight.
+        """
+        index = f"{t.jobs.name}_state_lease_expires_ix"
+        return super().in_flight_counts(t).with_hint(t.jobs, f"FORCE INDEX ({index})")
+
     def ready_counts(
         self,
         conn: Connection,
