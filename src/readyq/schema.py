@@ -89,6 +89,12 @@ def _str_key_problem(value: str) -> str | None:
     return None
 
 
+def in_flight_index_name(jobs_table: str) -> str:
+    """The (state, lease_expires) index of the jobs in flight; MySQL's in-flight count
+    names it in an index hint."""
+    return f"{jobs_table}_state_lease_expires_ix"
+
+
 def live_key_index_name(prefix: str) -> str:
     """The unique index over live keys; error translation matches on this name."""
     return f"{prefix}jobs_live_unique_key_uq"
@@ -232,7 +238,7 @@ def build_tables(prefix: str = DEFAULT_PREFIX, dialect: str | None = None) -> Ta
     # the row takes a new entry.
     in_flight = jobs.c.state.in_(("leased", "running"))
     sa.Index(
-        f"{prefix}jobs_state_lease_expires_ix",
+        in_flight_index_name(jobs.name),
         jobs.c.state,
         jobs.c.lease_expires,
         postgresql_where=in_flight,

@@ -61,7 +61,7 @@ from readyq.schema import (
     Tables,
     build_tables,
 )
-from readyq.sql.ready import runnable, runnable_head, state_in
+from readyq.sql.ready import runnable, runnable_head, state_in, waiting_of_types
 from readyq.transient import is_raw_driver_error
 
 log = logging.getLogger("readyq.store")
@@ -1846,25 +1846,16 @@ class Store:
         states written into the SQL so that the partial indexes serve them: finished
         jobs are never read.
         """
-        j = self.tables.jobs
-        probes = []
-        for states in ((JobState.READY.value,), IN_FLIGHT_STATES):
-            probe = sa.select(j.c.id).where(state_in(self.tables, *states))
-            if types is not None:
-                probe = probe.where(j.c.type.in_(list(types)))
-            probes.append(sa.exists(probe))
-        if "waiting_type" in j.c:  # MySQL, MariaDB: the indexed generated column
-            waiting = (
-                j.c.waiting_type.is_not(None)
-                if types is None
-                else j.c.waiting_type.in_(list(types))
+        t = self.tables
+        j = t.jobs
+        of_types = [] if types is None else [j.c.type.in_(list(types))]
+        stmt = sa.select(
+            sa.or_(
+                sa.exists(sa.select(j.c.id).where(state_in(t, JobState.READY.value), *of_types)),
+                sa.exists(sa.select(j.c.id).where(state_in(t, *IN_FLIGHT_STATES), *of_types)),
+                sa.exists(sa.select(j.c.id).where(waiting_of_types(t, types))),
             )
-        else:
-            waiting = state_in(self.tables, JobState.WAITING.value)
-            if types is not None:
-                waiting = sa.and_(waiting, j.c.type.in_(list(types)))
-        probes.append(sa.exists(sa.select(j.c.id).where(waiting)))
-        stmt = sa.select(sa.or_(*probes))
+        )
         return self.read(lambda conn: bool(conn.execute(stmt).scalar()))
 
     def counts(self) -> dict[str, int]:

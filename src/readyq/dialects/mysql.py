@@ -45,7 +45,7 @@ from readyq.dialects.base import (
 )
 from readyq.errors import UnsupportedDatabase
 from readyq.model import ClaimedJob
-from readyq.schema import GATE_ID, Tables
+from readyq.schema import GATE_ID, Tables, in_flight_index_name
 from readyq.sql.ready import claim_order, runnable, runnable_head
 
 MYSQL_MIN = (8, 0, 1)
@@ -178,7 +178,7 @@ class MySQLDialect(Dialect):
         20,000 rows it was seen to scan the whole table, or to read 3,200 entries of
         another index, for the hundred-odd jobs in flight.
         """
-        index = f"{t.jobs.name}_state_lease_expires_ix"
+        index = in_flight_index_name(t.jobs.name)
         return super().in_flight_counts(t).with_hint(t.jobs, f"FORCE INDEX ({index})")
 
     def ready_counts(

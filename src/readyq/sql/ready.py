@@ -93,6 +93,19 @@ def runnable_head(
     )
 
 
+def waiting_of_types(t: Tables, types: Sequence[str] | None) -> sa.ColumnElement[bool]:
+    """Jobs waiting for their dependencies (of ``types``), in the terms of the index that
+    holds them: the generated column ``waiting_type`` on MySQL and MariaDB, the partial
+    index's ``state = 'waiting'`` elsewhere."""
+    j = t.jobs
+    if "waiting_type" in j.c:
+        if types is None:
+            return j.c.waiting_type.is_not(None)
+        return j.c.waiting_type.in_(list(types))
+    waiting = state_in(t, "waiting")
+    return waiting if types is None else sa.and_(waiting, j.c.type.in_(list(types)))
+
+
 def in_flight_by_group(t: Tables, *states: str) -> sa.Select[Any]:
     """(group_key, n, w): jobs in ``states`` per group and their largest weight."""
     j = t.jobs
