@@ -1095,7 +1095,7 @@ class Store:
         types: Sequence[str] | None,
         start: Mapping[str, tuple[float | None, bool]] | None = None,
         rate_limits: Mapping[str, RateLimit] | None = None,
-    ) -> tuple[dict[int, bool], list[ClaimedJob]]:
+    ) -> tuple[dict[tuple[int, int], bool], list[ClaimedJob]]:
         """Record outcomes, claim new jobs and start them: one transaction, one commit.
 
         The slots freed by the outcomes count as free for the claim. With ``start``
@@ -1105,7 +1105,9 @@ class Store:
         once, so that ``leased`` never needs a commit of its own.
         """
 
-        def unit(conn: Connection) -> tuple[dict[int, bool], Callable[[], list[ClaimedJob]]]:
+        def unit(
+            conn: Connection,
+        ) -> tuple[dict[tuple[int, int], bool], Callable[[], list[ClaimedJob]]]:
             applied = self._finish(conn, owner, outcomes) if outcomes else {}
             claimed = _no_jobs
             if cap > 0 and limit > 0:
@@ -1469,10 +1471,14 @@ class Store:
 
         return self.write(unit, what="heartbeat")
 
-    def finish(self, owner: str, outcomes: Sequence[Outcome]) -> dict[int, bool]:
+    def finish(
+        self, owner: str, outcomes: Sequence[Outcome]
+    ) -> dict[tuple[int, int], bool]:
         """Record how attempts ended, each fenced by its lease, in one transaction.
 
-        Returns job id → True if the outcome was recorded, False if fenced out. Running
+        Returns (job id, lease token) → True if the outcome was recorded, False if fenced
+        out. The token is part of the key: a worker may hand in the late outcome of an
+        attempt it gave up on together with that of the job's next attempt. Running
         the unit again after an ambiguous commit is safe: an outcome already recorded
         under the same lease is recognised and reported True again.
         """
@@ -1482,8 +1488,8 @@ class Store:
 
     def _finish(
         self, conn: Connection, owner: str, outcomes: Sequence[Outcome]
-    ) -> dict[int, bool]:
-        applied: dict[int, bool] = {}
+    ) -> dict[tuple[int, int], bool]:
+        applied: dict[tuple[int, int], bool] = {}
         ended: list[tuple[int, str, int | None]] = []
         done = sorted((o for o in outcomes if o.kind == "done"), key=lambda o: o.job.id)
         edges = None
@@ -1499,7 +1505,7 @@ class Store:
         conn: Connection,
         owner: str,
         done: Sequence[Outcome],
-        applied: dict[int, bool],
+        applied: dict[tuple[int, int], bool],
         ended: list[tuple[int, str, int | None]],
     ) -> Counter[int] | None:
         """Mark a batch done in one statement, each row fenced by its own lease.
@@ -1518,7 +1524,7 @@ class Store:
         )
         if count == len(done):
             for o in done:
-                applied[o.job.id] = True
+                applied[o.job.id, o.job.lease_token] = True
                 ended.append((o.job.id, "done", o.job.parent_id))
             return edges
         # Some rows were fenced out, or (count == 0) this unit already committed once and
@@ -1540,7 +1546,7 @@ class Store:
                 and r.lease_owner == owner
                 and r.lease_token == o.job.lease_token
             )
-            applied[o.job.id] = ok
+            applied[o.job.id, o.job.lease_token] = ok
             if ok and count > 0:
                 ended.append((o.job.id, "done", o.job.parent_id))
         return None
@@ -1550,7 +1556,7 @@ class Store:
         conn: Connection,
         owner: str,
         o: Outcome,
-        applied: dict[int, bool],
+        applied: dict[tuple[int, int], bool],
         ended: list[tuple[int, str, int | None]],
     ) -> None:
         j = self.tables.jobs
@@ -1604,7 +1610,7 @@ class Store:
             if count:
                 final = "cancelled"
         if count == 1:
-            applied[job.id] = True
+            applied[job.id, job.lease_token] = True
             if final is not None:
                 ended.append((job.id, final, job.parent_id))
             return
@@ -1629,7 +1635,7 @@ class Store:
             ours = row.run_after is None
         else:
             ours = row.error == (_truncate(o.error) if o.error else "cancelled")
-        applied[job.id] = bool(
+        applied[job.id, job.lease_token] = bool(
             row is not None
             and row.lease_owner == owner
             and row.lease_token == job.lease_token

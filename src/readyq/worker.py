@@ -711,7 +711,9 @@ class Worker:
         if n == 1 or n >= len(self._running):
             inbox.wake.set()
 
-    def _record(self, outcomes: list[Outcome], applied: dict[int, bool]) -> None:
+    def _record(
+        self, outcomes: list[Outcome], applied: dict[tuple[int, int], bool]
+    ) -> None:
         fenced = 0
         for o in outcomes:
             # Only forget the attempt this outcome belongs to: a timed-out attempt may
@@ -720,7 +722,7 @@ class Worker:
             mine = entry is not None and entry.claimed.lease_token == o.job.lease_token
             if mine:
                 del self._running[o.job.id]
-            if not applied.get(o.job.id):
+            if not applied.get((o.job.id, o.job.lease_token)):
                 self.stats.fenced_out += 1
                 fenced += 1
                 # The chaos tests read (job id, attempt, kind) from these arguments.

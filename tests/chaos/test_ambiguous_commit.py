@@ -92,7 +92,7 @@ def test_an_outcome_whose_commit_reply_was_lost_is_recognised_and_propagated_onc
     with ambiguous_commits(queue) as fired:
         applied = store.finish("W", [outcome])
     assert fired == [1], "the fault did not fire"
-    assert applied == {target: True}  # recognised as ours, not reported fenced out
+    assert applied == {(target, c.lease_token): True}  # recognised as ours, not reported fenced out
     row, dep, parent = job(queue, target), job(queue, after), job(queue, box)
     expected = {"done": "done", "retry": "ready", "fail": "failed", "release": "ready"}[kind]
     assert row.state == expected
@@ -108,7 +108,7 @@ def test_an_outcome_whose_commit_reply_was_lost_is_recognised_and_propagated_onc
         assert (dep.state, dep.pending_deps) == ("waiting", 1)
         assert (parent.state, parent.open_children) == ("active", 1)
     # A genuinely stale writer is still refused.
-    assert store.finish("X", [outcome]) == {target: False}
+    assert store.finish("X", [outcome]) == {(target, c.lease_token): False}
 
 
 def test_a_claim_whose_commit_reply_was_lost_is_swept_back_never_lost(

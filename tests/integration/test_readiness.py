@@ -352,7 +352,8 @@ def test_has_unfinished_sees_every_unfinished_state_of_the_given_types(
     assert store.has_unfinished(["a"])  # leased
     assert store.mark_running("w", [(claimed, None, True)]) == {upstream}
     assert store.has_unfinished(["a"])  # running
-    assert store.finish("w", [Outcome(job=claimed, kind="done")]) == {upstream: True}
+    done = store.finish("w", [Outcome(job=claimed, kind="done")])
+    assert done == {(upstream, claimed.lease_token): True}
     assert not store.has_unfinished(["a"]) and not store.has_unfinished()
     later = queue.enqueue("a", run_after=3600)  # ready, not yet runnable
     assert store.has_unfinished(["a"])

@@ -3,6 +3,7 @@ ended by a sweep whose abandoned attempt can never write its result."""
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -291,3 +292,44 @@ def test_stale_outcome_does_not_drop_the_next_attempt_of_the_same_job(
     assert info.result == {"attempt": 2}
     assert worker.running == 0
     assert worker.stats.done == 1
+
+
+def test_late_and_live_outcomes_of_one_job_recorded_together(
+    queue: readyq.Queue, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The timed-out attempt and the retry of the same job both return before the
+    worker's next tick: their outcomes go to the database in one batch. The late one is
+    fenced out and reported so; the live one is recorded and reported done."""
+    gate = threading.Event()
+    returned = {1: threading.Event(), 2: threading.Event()}
+    started: set[int] = set()
+
+    @queue.handler("slow", timeout=5, retry_on_timeout=True, max_attempts=3)
+    def slow(job: readyq.Job) -> Any:
+        started.add(job.attempt)
+        try:
+            gate.wait(10)
+            return {"attempt": job.attempt}
+        finally:
+            returned[job.attempt].set()
+
+    job_id = queue.enqueue("slow")
+    worker = queue.worker(concurrency=2, poll_interval=0.01, lease_ttl=60, heartbeat_interval=30)
+    drive(worker, lambda: queue.get(job_id).state is JobState.RUNNING)
+    queue._store.clock_offset = 6.0  # attempt 1 is past its deadline
+    drive(worker, lambda: queue.get(job_id).state is JobState.READY)
+    queue._store.clock_offset = 10.0  # past the retry delay
+    drive(worker, lambda: state_of(queue, job_id) == (JobState.RUNNING, 2))
+    wait_for(lambda: 2 in started)
+
+    gate.set()  # both attempts return; the worker is not ticking meanwhile
+    assert returned[1].wait(10) and returned[2].wait(10)
+    wait_for(lambda: len(worker._inbox.outcomes) == 2)
+    with caplog.at_level(logging.WARNING, logger="readyq.worker"):
+        worker.run_once()
+    assert queue.get(job_id).state is JobState.DONE
+    assert queue.get(job_id).result == {"attempt": 2}
+    assert (worker.stats.done, worker.stats.fenced_out) == (1, 1)
+    assert worker.running == 0
+    fenced = [r.args for r in caplog.records if "fenced out" in str(r.msg)]
+    assert fenced == [(job_id, 1, "done")]

@@ -202,7 +202,8 @@ def test_a_dependent_made_ready_wakes_an_idle_worker_and_a_partial_release_does_
                                  start={"up": (None, True)})
         assert [c.id for c in claimed] == [job_id]
         t0 = time.monotonic()
-        assert store.finish("other", [Outcome(job=claimed[0], kind="done")]) == {job_id: True}
+        done = store.finish("other", [Outcome(job=claimed[0], kind="done")])
+        assert done == {(job_id, claimed[0].lease_token): True}
         return t0
 
     h.settle()

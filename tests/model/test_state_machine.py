@@ -553,7 +553,7 @@ class QueueModel(RuleBasedStateMachine):
             applied = self.step("finish", lambda: self.store.finish(owner, outcomes))
         for o in sorted(outcomes, key=lambda o: (o.kind != "done", o.job.id)):
             ok = self.model_finish(owner, o)
-            assert applied[o.job.id] == ok, o
+            assert applied[o.job.id, o.job.lease_token] == ok, o
             key = f"outcome {o.kind}" + ("" if ok else " fenced")
             self.counters.rules[key] = self.counters.rules.get(key, 0) + 1
             if ok:
@@ -576,7 +576,7 @@ class QueueModel(RuleBasedStateMachine):
         owner, o = data.draw(st.sampled_from(self.replayable()), "recorded outcome")
         before = self.read_rows()
         applied = self.step("replayed finish", lambda: self.store.finish(owner, [o]))
-        assert applied == {o.job.id: True}, (o.kind, applied)
+        assert applied == {(o.job.id, o.job.lease_token): True}, (o.kind, applied)
         after = self.read_rows()
         assert {k: tuple(v) for k, v in after.items()} == \
             {k: tuple(v) for k, v in before.items()}, "a replayed outcome changed rows"
@@ -593,7 +593,7 @@ class QueueModel(RuleBasedStateMachine):
         else:
             o = self.outcome(data, c)
             applied = self.step("stale finish", lambda: self.store.finish(owner, [o]))
-            assert applied == {c.id: False}
+            assert applied == {(c.id, c.lease_token): False}
         self.counters.fenced += 1
         after = self.read_rows()
         assert {k: tuple(v) for k, v in after.items()} == \
