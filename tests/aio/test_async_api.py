@@ -152,9 +152,9 @@ def test_a_stale_finish_is_fenced_out(api: Api) -> None:
     _, [second] = api.store_call("cycle", "worker-b", [], **cycle)
     assert second.id == first.id == job_id and second.lease_token != first.lease_token
     stale = Outcome(job=first, kind="done", result_json='"stale"')
-    assert api.store_call("finish", "worker-a", [stale]) == {job_id: False}
+    assert api.store_call("finish", "worker-a", [stale]) == {(job_id, first.lease_token): False}
     fresh = Outcome(job=second, kind="done", result_json='"fresh"')
-    assert api.store_call("finish", "worker-b", [fresh]) == {job_id: True}
+    assert api.store_call("finish", "worker-b", [fresh]) == {(job_id, second.lease_token): True}
     info = api.get(job_id)
     assert info.state is JobState.DONE and info.result == "fresh"
 
