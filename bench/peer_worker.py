@@ -28,6 +28,7 @@ KIND is one of ``readyq``, ``pgqueuer``, ``procrastinate``, ``minimal-postgresql
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import resource
 import sys
@@ -65,15 +66,13 @@ async def _pgqueuer(cfg: dict) -> None:
     conn = await asyncpg.connect(cfg["dsn"])
     # Flush this backend's setup transactions into pg_stat_database now, so
     # they do not land in the parent's commit count for the run.
-    try:
+    with contextlib.suppress(asyncpg.PostgresError):
         await conn.execute("SELECT pg_stat_force_next_flush()")  # PostgreSQL 15+
-    except asyncpg.PostgresError:
-        pass
     qm = QueueManager(Queries(AsyncpgDriver(conn)))
     executed = 0
 
     @qm.entrypoint(cfg["entrypoint"])
-    async def noop(job) -> None:  # noqa: ANN001
+    async def noop(job) -> None:
         nonlocal executed
         executed += 1
 
@@ -136,10 +135,8 @@ def _minimal_postgresql(cfg: dict) -> None:
 
     me, batch, each = cfg["worker_id"], cfg["batch"], cfg["finish"] == "each"
     conn = psycopg.connect(cfg["dsn"], autocommit=True)  # one statement = one transaction
-    try:
+    with contextlib.suppress(psycopg.Error):
         conn.execute("SELECT pg_stat_force_next_flush()")  # PostgreSQL 15+
-    except psycopg.Error:
-        pass
     claim = (
         "WITH c AS (SELECT id FROM bench_jobs WHERE state = 'ready' ORDER BY id"
         " LIMIT %s FOR UPDATE SKIP LOCKED)"

@@ -81,9 +81,10 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+from typing import Any
 from urllib.parse import unquote, urlsplit, urlunsplit
 
 WORKER = Path(__file__).resolve().with_name("peer_worker.py")
@@ -171,7 +172,8 @@ def _fresh_pg_database(admin_url: str, name: str) -> str:
     if _pg_dbname(admin_url) == name:
         raise ValueError(f"the URL must name another database than {name!r}")
     with psycopg.connect(_pg_url(admin_url), autocommit=True) as conn:
-        conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
+        drop = sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)")
+        conn.execute(drop.format(sql.Identifier(name)))
         conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
     return _pg_url(admin_url, name)
 
@@ -228,7 +230,7 @@ def _run_workers(
     spawned = time.monotonic()
     try:
         for cfg in configs:
-            err = tempfile.TemporaryFile(mode="w+")
+            err = tempfile.TemporaryFile(mode="w+")  # noqa: SIM115 - closed in finally
             errs.append(err)
             procs.append(
                 subprocess.Popen(
@@ -445,7 +447,9 @@ def run_procrastinate(
 
     with psycopg.connect(url) as conn:
         rows = dict(
-            conn.execute("SELECT status::text, count(*) FROM procrastinate_jobs GROUP BY 1").fetchall()
+            conn.execute(
+                "SELECT status::text, count(*) FROM procrastinate_jobs GROUP BY 1"
+            ).fetchall()
         )
     _check(system, "succeeded jobs", rows.get("succeeded", 0), jobs)
     _check(system, "no-op executions", run.executed, jobs)
@@ -598,7 +602,9 @@ def _minimal_sqlite(url: str, jobs: int, processes: int, base: dict, system: str
         )
         conn.execute("CREATE INDEX bench_jobs_ready ON bench_jobs (id) WHERE state = 'ready'")
         conn.execute("BEGIN")
-        conn.executemany("INSERT INTO bench_jobs (state) VALUES ('ready')", ([] for _ in range(jobs)))
+        conn.executemany(
+            "INSERT INTO bench_jobs (state) VALUES ('ready')", ([] for _ in range(jobs))
+        )
         conn.execute("COMMIT")
         conn.execute("ANALYZE")
         conn.close()
@@ -631,7 +637,7 @@ def _reachable_pg(url: str) -> str | None:
         import psycopg
 
         psycopg.connect(_pg_url(url), connect_timeout=3).close()
-    except Exception as exc:  # noqa: BLE001
+    except Exception as exc:
         return f"{type(exc).__name__}: {exc}".strip()
     return None
 
@@ -641,7 +647,7 @@ def _reachable_mysql(url: str) -> str | None:
         import pymysql
 
         pymysql.connect(**_mysql_connect_args(url), connect_timeout=3).close()
-    except Exception as exc:  # noqa: BLE001
+    except Exception as exc:
         return f"{type(exc).__name__}: {exc}".strip()
     return None
 
@@ -745,7 +751,7 @@ def main(argv: list[str] | None = None) -> int:
                     continue
                 try:
                     r = fn(p, n)
-                except Exception as exc:  # noqa: BLE001
+                except Exception as exc:
                     failures[key] = f"{type(exc).__name__}: {exc}"
                     print(f"  {name} / {db} / {p} proc: FAILED {failures[key]}", file=sys.stderr)
                     continue
@@ -770,7 +776,9 @@ def main(argv: list[str] | None = None) -> int:
             if not rs:
                 print(f"{name:42} {db:10} {p:>5} {n:>6}  failed: {failures.get((ci, p), '?')}")
                 continue
-            med = lambda f: statistics.median(f(r) for r in rs)  # noqa: E731
+            def med(f: Callable[[Any], float], rs: list[Any] = rs) -> float:
+                return statistics.median(f(r) for r in rs)
+
             commits = [r.commits_per_job for r in rs]
             cpj = "-" if None in commits else f"{statistics.median(commits):.3f}"
             servers = [r.server_cpu_us_per_job for r in rs]

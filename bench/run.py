@@ -44,15 +44,16 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import sqlalchemy as sa
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import peers  # noqa: E402
+import peers
 
-import readyq  # noqa: E402
-from readyq import JobSpec  # noqa: E402
+import readyq
+from readyq import JobSpec
 
 DEFAULT_PG = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
 DEFAULT_MARIADB = "mysql+pymysql://root@127.0.0.1:3306/test"
@@ -81,7 +82,7 @@ def fresh_database(kind: str, base_url: str, name: str) -> str:
 def fill_noop(queue: readyq.Queue, jobs: int) -> None:
     specs = [
         JobSpec("noop", {"i": i}, group=g, weight=GROUPS[g])
-        for i, g in zip(range(jobs), list(GROUPS) * (jobs // len(GROUPS) + 1))
+        for i, g in zip(range(jobs), list(GROUPS) * (jobs // len(GROUPS) + 1), strict=False)
     ]
     for start in range(0, jobs, 20_000):
         queue.enqueue_many(specs[start : start + 20_000])
@@ -226,7 +227,7 @@ def run_readyq(
     check.close()
     if counts != {"done": jobs} or run.executed != jobs:
         raise RuntimeError(f"readyq did not run every job exactly once: {counts}, {run.executed}")
-    timings = [json.load(open(f)) for f in timing_files if os.path.exists(f)]
+    timings = [json.loads(Path(f).read_text()) for f in timing_files if os.path.exists(f)]
     for f in timing_files:
         if os.path.exists(f):
             os.unlink(f)
@@ -282,11 +283,12 @@ def operation_times(queue: readyq.Queue, samples: int) -> dict[str, float]:
     for _ in range(samples):
         claimed = timed("claim", lambda: store.claim(
             owner="bench", cap=10, limit=10, ttl=60.0, types=["noop"]))
-        timed("start", lambda: store.mark_running("bench", [(c, None, True) for c in claimed]))
+        starts = [(c, None, True) for c in claimed]
+        timed("start", lambda s=starts: store.mark_running("bench", s))
         leases = [readyq.store.Lease(c.id, c.lease_token) for c in claimed]
-        timed("heartbeat", lambda: store.heartbeat("bench", leases, 60.0))
-        timed("hand-back", lambda: store.finish(
-            "bench", [readyq.store.Outcome(job=c, kind="release") for c in claimed]))
+        timed("heartbeat", lambda ls=leases: store.heartbeat("bench", ls, 60.0))
+        backs = [readyq.store.Outcome(job=c, kind="release") for c in claimed]
+        timed("hand-back", lambda bs=backs: store.finish("bench", bs))
         timed("idle check", lambda: store.has_unfinished(["other"]))
     return {op: statistics.median(ts) for op, ts in times.items()}
 
@@ -533,7 +535,8 @@ def main(argv: list[str] | None = None) -> int:
         total = sum(GROUPS.values())
         expected = " ".join(f"{g[-1]} {w / total:.1%}" for g, w in GROUPS.items())
         print(f"\nguarantees at full speed (readyq rows above): peak in flight against the "
-              f"global cap; share of the starts per group in the claims that started the first 40% of jobs, weights 3:2:1:1 "
+              f"global cap; share of the starts per group in the claims that started the "
+              f"first 40% of jobs, weights 3:2:1:1 "
               f"(expected {expected}); for the chains, dependencies whose job started "
               f"before the job it depends on finished (expected 0)")
         for r in checked:
