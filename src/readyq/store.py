@@ -1854,13 +1854,21 @@ class Store:
         """
         t = self.tables
         j = t.jobs
-        of_types = [] if types is None else [j.c.type.in_(list(types))]
-        stmt = sa.select(
-            sa.or_(
-                sa.exists(sa.select(j.c.id).where(state_in(t, JobState.READY.value), *of_types)),
-                sa.exists(sa.select(j.c.id).where(state_in(t, *IN_FLIGHT_STATES), *of_types)),
-                sa.exists(sa.select(j.c.id).where(waiting_of_types(t, types))),
+
+        def build() -> sa.Select[Any]:
+            of_types = [] if types is None else [j.c.type.in_(list(types))]
+            ready = state_in(t, JobState.READY.value)
+            return sa.select(
+                sa.or_(
+                    sa.exists(sa.select(j.c.id).where(ready, *of_types)),
+                    sa.exists(sa.select(j.c.id).where(state_in(t, *IN_FLIGHT_STATES), *of_types)),
+                    sa.exists(sa.select(j.c.id).where(waiting_of_types(t, types))),
+                )
             )
+
+        # Asked at every tick of an idle worker: built once per set of types.
+        stmt = self.dialect.cached(
+            ("has_unfinished", j.name, None if types is None else tuple(types)), build
         )
         return self.read(lambda conn: bool(conn.execute(stmt).scalar()))
 
