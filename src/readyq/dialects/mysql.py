@@ -28,6 +28,7 @@ from typing import Any, ClassVar
 import sqlalchemy as sa
 from sqlalchemy.dialects.mysql import insert as mysql_insert
 from sqlalchemy.engine import Connection
+from sqlalchemy.sql.compiler import SQLCompiler
 
 from readyq.dialects.base import (
     GROUP,
@@ -319,14 +320,42 @@ class MySQLDialect(Dialect):
         gate's UPDATE."""
         g = t.groups
         if rows:
-            ins = mysql_insert(g).values(
-                [{"group_key": k, "vfinish": v, "served_seq": q} for k, v, q in rows]
-            )
-            conn.execute(
-                ins.on_duplicate_key_update(
+            n = len(rows)
+
+            def build() -> SQLCompiler:
+                # SQLAlchemy cannot cache a statement with ON DUPLICATE KEY UPDATE: built
+                # as a construct it is compiled again at every claim (about 0.6 ms on
+                # MariaDB). Compiled here once per number of groups, for this server
+                # (VALUES() or the row alias of MySQL 8.0.20+) and this driver's
+                # parameter style, and run as driver SQL, which keeps the engine's
+                # events and error handling.
+                ins = mysql_insert(g).values(
+                    [
+                        {
+                            "group_key": sa.bindparam(f"k{i}", type_=g.c.group_key.type),
+                            "vfinish": sa.bindparam(f"v{i}", type_=g.c.vfinish.type),
+                            "served_seq": sa.bindparam(f"s{i}", type_=g.c.served_seq.type),
+                        }
+                        for i in range(n)
+                    ]
+                )
+                upsert = ins.on_duplicate_key_update(
                     vfinish=ins.inserted.vfinish, served_seq=ins.inserted.served_seq
                 )
-            )
+                compiled = upsert.compile(dialect=conn.dialect)
+                assert isinstance(compiled, SQLCompiler)
+                return compiled
+
+            compiled = self.cached(("progress_upsert", g.name, n), build)
+            params: dict[str, Any] = {}
+            for i, (k, v, q) in enumerate(rows):
+                params[f"k{i}"], params[f"v{i}"], params[f"s{i}"] = k, float(v), int(q)
+            if compiled.positiontup is not None:
+                conn.exec_driver_sql(
+                    compiled.string, tuple(params[name] for name in compiled.positiontup)
+                )
+            else:
+                conn.exec_driver_sql(compiled.string, params)
         conn.execute(
             self.cached(
                 ("gate_progress", t.gate.name),
