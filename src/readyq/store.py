@@ -61,7 +61,7 @@ from readyq.schema import (
     Tables,
     build_tables,
 )
-from readyq.sql.ready import runnable, runnable_head, state_in, waiting_of_types
+from readyq.sql.ready import runnable, runnable_head, state_in, values_in, waiting_of_types
 from readyq.transient import is_raw_driver_error
 
 log = logging.getLogger("readyq.store")
@@ -1856,7 +1856,7 @@ class Store:
         j = t.jobs
 
         def build() -> sa.Select[Any]:
-            of_types = [] if types is None else [j.c.type.in_(list(types))]
+            of_types = [] if types is None else [values_in(j.c.type, types)]
             ready = state_in(t, JobState.READY.value)
             return sa.select(
                 sa.or_(

@@ -15,6 +15,7 @@ import pytest
 import sqlalchemy as sa
 
 import readyq
+from readyq.dialects.base import PER_GROUP_PARAMS
 from readyq.store import NewJob
 
 
@@ -92,3 +93,25 @@ def test_claims_record_one_sequence_number_per_job(queue: readyq.Queue) -> None:
     assert len(seen) == 9
     (_, seq), groups = progress(queue)
     assert max(s for _, s in groups.values()) == seq
+
+
+def test_progress_of_more_groups_than_one_statement_binds(queue: readyq.Queue) -> None:
+    """40 groups: the in-flight/history read binds the keys as one list and MySQL's
+    upsert of the progress is split into statements of PER_GROUP_PARAMS rows. Every
+    group's clock is stored, and read back by the next claims."""
+    store = queue._store
+    keys = [f"g{i:02d}" for i in range(40)]
+    assert len(keys) > PER_GROUP_PARAMS * 2
+    for g in keys:
+        enqueue(queue, g, 2)
+    first = store.claim(owner="W", cap=200, limit=40, ttl=30.0, types=["t"])
+    assert sorted(c.group for c in first) == keys  # one job of each group, equal weights
+    (_, seq), groups = progress(queue)
+    assert set(groups) == set(keys)
+    assert seq == 40
+    assert sorted(s for _, s in groups.values()) == list(range(1, 41))
+    second = store.claim(owner="W", cap=200, limit=40, ttl=30.0, types=["t"])
+    assert sorted(c.group for c in second) == keys
+    (_, seq), groups = progress(queue)
+    assert seq == 80
+    assert sorted(s for _, s in groups.values()) == list(range(41, 81))

@@ -66,6 +66,9 @@ OWNER = sa.bindparam("rq_owner", type_=sa.String)
 GROUP = sa.bindparam("rq_group", type_=sa.String)
 LIMIT = sa.bindparam("rq_limit", type_=sa.Integer)
 TTL = sa.bindparam("rq_ttl", type_=sa.Double)
+# Statements whose list of group keys is bound one parameter per key are built once per
+# length of the list, up to this many keys (a few statements, not one per group count).
+PER_GROUP_PARAMS = 16
 
 
 class Dialect(ABC):
@@ -278,6 +281,11 @@ class Dialect(ABC):
         (vfinish, served_seq) of ``groups``, in one statement (``UNION ALL``), read after
         the gate row is locked."""
 
+        # One parameter per group, the statement built once per number of groups (up to
+        # PER_GROUP_PARAMS): an expanding parameter is rendered into the SQL text at
+        # every execution. Beyond that, one expanding parameter.
+        n = len(groups) if len(groups) <= PER_GROUP_PARAMS else None
+
         def build() -> sa.CompoundSelect[Any]:
             g = t.groups
             counted = self.in_flight_counts(t).subquery("in_flight")
@@ -286,15 +294,23 @@ class Dialect(ABC):
                 counted.c.n, counted.c.w,
                 sa.null().label("vfinish"), sa.null().label("served_seq"),
             )
+            keys: Any
+            if n is None:
+                keys = sa.bindparam("keys", expanding=True)
+            else:
+                keys = [sa.bindparam(f"k{i}", type_=g.c.group_key.type) for i in range(n)]
             history = sa.select(
                 sa.literal(1), g.c.group_key, sa.null(), sa.null(), g.c.vfinish, g.c.served_seq
-            ).where(g.c.group_key.in_(sa.bindparam("keys", expanding=True)))
+            ).where(g.c.group_key.in_(keys) if n != 0 else sa.false())
             return sa.union_all(flight, history)
 
         flight: dict[str, tuple[int, int]] = {}
         history: dict[str, tuple[float, int]] = {}
-        stmt = self.cached(("flight_and_history", t.jobs.name), build)
-        for r in conn.execute(stmt, {"keys": list(groups)}).all():
+        stmt = self.cached(("flight_and_history", t.jobs.name, n), build)
+        params: dict[str, Any] = (
+            {"keys": list(groups)} if n is None else {f"k{i}": k for i, k in enumerate(groups)}
+        )
+        for r in conn.execute(stmt, params).all():
             if r[0]:
                 history[r[1]] = (float(r[4]), int(r[5]))
             else:

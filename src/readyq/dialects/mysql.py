@@ -33,6 +33,7 @@ from sqlalchemy.sql.compiler import SQLCompiler
 from readyq.dialects.base import (
     GROUP,
     LIMIT,
+    PER_GROUP_PARAMS,
     Capabilities,
     ClaimRequest,
     Dialect,
@@ -316,13 +317,14 @@ class MySQLDialect(Dialect):
         vclock: float,
         seq: int,
     ) -> None:
-        """One multi-row ``INSERT ... ON DUPLICATE KEY UPDATE`` for the groups, then the
-        gate's UPDATE."""
+        """A multi-row ``INSERT ... ON DUPLICATE KEY UPDATE`` per ``PER_GROUP_PARAMS``
+        groups (one for a plan of that many groups or fewer), then the gate's UPDATE."""
         g = t.groups
-        if rows:
-            n = len(rows)
+        for start in range(0, len(rows), PER_GROUP_PARAMS):
+            chunk = rows[start : start + PER_GROUP_PARAMS]
+            n = len(chunk)
 
-            def build() -> SQLCompiler:
+            def build(n: int = n) -> SQLCompiler:
                 # SQLAlchemy cannot cache a statement with ON DUPLICATE KEY UPDATE: built
                 # as a construct it is compiled again at every claim (about 0.6 ms on
                 # MariaDB). Compiled here once per number of groups, for this server
@@ -348,7 +350,7 @@ class MySQLDialect(Dialect):
 
             compiled = self.cached(("progress_upsert", g.name, n), build)
             params: dict[str, Any] = {}
-            for i, (k, v, q) in enumerate(rows):
+            for i, (k, v, q) in enumerate(chunk):
                 params[f"k{i}"], params[f"v{i}"], params[f"s{i}"] = k, float(v), int(q)
             if compiled.positiontup is not None:
                 conn.exec_driver_sql(
