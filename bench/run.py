@@ -458,6 +458,10 @@ def main(argv: list[str] | None = None) -> int:
     dbs = [("postgresql", args.pg_url), ("sqlite", ""), ("mariadb", args.mariadb_url)]
     started = time.monotonic()
     rows: list[Row] = []
+    # jobs/s of each round, by (system, database, processes): the ratios are also given
+    # round by round, as the noise between rounds can be as large as a ratio's distance
+    # from 1.
+    rounds: dict[tuple[str, str, int], list[float]] = {}
 
     def log(msg: str) -> None:
         print(msg, file=sys.stderr, flush=True)
@@ -502,7 +506,11 @@ def main(argv: list[str] | None = None) -> int:
                     log(f"  {label} {p} proc: {runs[label][-1].jobs_per_s:,.0f} jobs/s")
             for label, _ in configs:
                 if runs[label] and label not in skipped:
-                    rows.append(median_row(runs[label]))
+                    row = median_row(runs[label])
+                    rows.append(row)
+                    rounds[row.system, row.database, row.processes] = [
+                        r.jobs_per_s for r in runs[label]
+                    ]
 
     print(f"\nreadyq benchmark, median of {args.repeat} run(s), {args.jobs:,} no-op jobs "
           f"(Procrastinate: 2,000), {os.cpu_count()} cores")
@@ -516,19 +524,28 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{r.system:40} {r.database:10} {r.processes:>5} {r.jobs_per_s:>9,.0f}"
               f" {r.cpu_us_per_job:>10,.0f} {server:>13} {commits:>11} {lat:>17}")
     if rows:
-        print("\nratios (same run):")
+        print("\nratios (same run): of the medians, then round by round")
+
+        def by_round(a: Row, b: Row) -> str:
+            ra = rounds.get((a.system, a.database, a.processes), [])
+            rb = rounds.get((b.system, b.database, b.processes), [])
+            if len(ra) < 2 or len(ra) != len(rb):
+                return ""
+            return "  (" + ", ".join(f"{x / y:.2f}" for x, y in zip(ra, rb, strict=True)) + ")"
+
         for p in args.processes:
             mine = {r.database: r for r in rows if r.system.startswith("readyq (")
                     and r.processes == p}
             for r in rows:
                 if r.processes != p or r.database not in mine:
                     continue
+                ours = mine[r.database]
                 if r.system.startswith("readyq,"):
                     print(f"  readyq, chains / readyq, independent jobs ({r.database}, {p} proc):"
-                          f" {r.jobs_per_s / mine[r.database].jobs_per_s:.2f}x")
+                          f" {r.jobs_per_s / ours.jobs_per_s:.2f}x{by_round(r, ours)}")
                 elif not r.system.startswith("readyq"):
                     print(f"  readyq / {r.system} ({r.database}, {p} proc): "
-                          f"{mine[r.database].jobs_per_s / r.jobs_per_s:.2f}x")
+                          f"{ours.jobs_per_s / r.jobs_per_s:.2f}x{by_round(ours, r)}")
 
     checked = [r for r in rows if r.peak is not None]
     if checked:
