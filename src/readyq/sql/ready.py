@@ -53,15 +53,15 @@ def runnable(
     return sa.and_(*conds)
 
 
-def values_in(column: sa.ColumnElement[str], types: Sequence[str]) -> sa.ColumnElement[bool]:
-    """``column IN (:t1, :t2 ...)``: one bound parameter per type.
+def values_in(column: sa.ColumnElement[str], values: Sequence[str]) -> sa.ColumnElement[bool]:
+    """``column IN (:v1, :v2 ...)``: one bound parameter per value.
 
-    The statements that filter by type are built once per set of types, so the list
-    has a fixed length. A plain ``in_()`` of a list binds it as one expanding
+    The statements that filter by job type are built once per set of types, so the
+    list has a fixed length. A plain ``in_()`` of a list binds it as one expanding
     parameter, which SQLAlchemy re-renders into the SQL text at every execution: on a
     long statement (the claim, the runnable counts) that costs more than its execution.
     """
-    return column.in_([sa.bindparam(None, value, type_=column.type) for value in types])
+    return column.in_([sa.bindparam(None, value, type_=column.type) for value in values])
 
 
 def claim_order(t: Tables) -> tuple[sa.ColumnElement[object], ...]:
