@@ -18,6 +18,7 @@ from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
+from operator import attrgetter
 from typing import Any, NamedTuple, TypeVar
 
 import sqlalchemy as sa
@@ -65,6 +66,9 @@ from readyq.sql.ready import runnable, runnable_head, state_in, values_in, waiti
 from readyq.transient import is_raw_driver_error
 
 log = logging.getLogger("readyq.store")
+
+# Outcomes in job id order (each transaction updates rows in one order: no deadlocks).
+_BY_JOB_ID = attrgetter("job.id")
 
 T = TypeVar("T")
 
@@ -1491,11 +1495,11 @@ class Store:
     ) -> dict[tuple[int, int], bool]:
         applied: dict[tuple[int, int], bool] = {}
         ended: list[tuple[int, str, int | None]] = []
-        done = sorted((o for o in outcomes if o.kind == "done"), key=lambda o: o.job.id)
+        done = sorted((o for o in outcomes if o.kind == "done"), key=_BY_JOB_ID)
         edges = None
         if done:
             edges = self._finish_done(conn, owner, done, applied, ended)
-        for o in sorted((o for o in outcomes if o.kind != "done"), key=lambda o: o.job.id):
+        for o in sorted((o for o in outcomes if o.kind != "done"), key=_BY_JOB_ID):
             self._finish_one(conn, owner, o, applied, ended)
         self._propagate(conn, ended, done_edges=edges)
         return applied
