@@ -326,7 +326,7 @@ class MySQLDialect(Dialect):
 
             def build(n: int = n) -> SQLCompiler:
                 # SQLAlchemy cannot cache a statement with ON DUPLICATE KEY UPDATE: built
-                # as a construct it is compiled again at every claim (about 0.6 ms on
+                # as a construct it is compiled again at every claim (about 1 ms on
                 # MariaDB). Compiled here once per number of groups, for this server
                 # (VALUES() or the row alias of MySQL 8.0.20+) and this driver's
                 # parameter style, and run as driver SQL, which keeps the engine's
