@@ -202,9 +202,6 @@ def done_outcome(
     Raises ValueError when the value cannot be stored (or fails the handler's
     ``result_model``); the caller treats that as the handler's failure.
     """
-    if value is None and (spec is None or spec.result_model is None) and max_bytes >= 4:
-        # What most handlers return: nothing to validate, dump or measure.
-        return Outcome(job=c, kind="done", result_json="null", duration=duration)
     value = dump_result(None if spec is None else spec.result_model, c.type, value)
     try:
         result_json = encode(value, max_bytes=max_bytes, what="result")
@@ -618,20 +615,10 @@ class Worker:
     def _launch(self, claimed: list[ClaimedJob], lease_until: float) -> None:
         self.stats.claimed += len(claimed)
         traced = spans_enabled()
-        # Asked once per batch, not per job: whether starts are logged or observed.
-        logged = log.isEnabledFor(logging.INFO)
-        observed = bool(self.observers)
-        entries = [self._entry(c, lease_until, traced, logged, observed) for c in claimed]
+        entries = [self._entry(c, lease_until, traced) for c in claimed]
         self._pool.submit_many(self._execute, entries)
 
-    def _entry(
-        self,
-        c: ClaimedJob,
-        lease_until: float,
-        traced: bool = False,
-        logged: bool = True,
-        observed: bool = True,
-    ) -> _Running:
+    def _entry(self, c: ClaimedJob, lease_until: float, traced: bool = False) -> _Running:
         """Register a claimed attempt as running here (its handler not yet started)."""
         spec = self.handlers[c.type]
         job = Job(
@@ -651,17 +638,17 @@ class Worker:
         if stale is not None:  # an earlier attempt of this job that timed out here
             self._lose(stale)
         self._running[c.id] = entry
-        if logged:  # spare the hot path the extra dict
+        if log.isEnabledFor(logging.INFO):  # spare the hot path the extra dict
             log.info("job %d (%s) attempt %d started", c.id, c.type, c.attempt,
                      extra={**claimed_fields(c), "event": "job_started",
                             "worker_id": self.worker_id})
-        if observed:
+        if self.observers:
             self.observers.emit("on_started", job)
         return entry
 
     def _execute(self, entry: _Running) -> None:
         began = time.monotonic()
-        if began >= entry.lease_until and self._too_late(entry, began):
+        if self._too_late(entry, began):
             return
         if entry.traced:
             with attempt_span(entry.claimed) as span:
@@ -674,8 +661,7 @@ class Worker:
         """Run the handler; the attempt's outcome, whatever the handler did."""
         job, spec = entry.job, entry.spec
         try:
-            if spec.args_model is not None:
-                prepare_job(job, spec)
+            prepare_job(job, spec)
             value = asyncio.run(spec.fn(job)) if spec.is_async else spec.fn(job)
             return done_outcome(entry.claimed, value, self.queue.max_payload_bytes, spec,
                                 duration=time.monotonic() - began)
@@ -729,10 +715,6 @@ class Worker:
         self, outcomes: list[Outcome], applied: dict[tuple[int, int], bool]
     ) -> None:
         fenced = 0
-        # Asked once per batch: whether ends are logged (a failure at WARNING) or observed.
-        logged = log.isEnabledFor(logging.INFO)
-        warned = logged or log.isEnabledFor(logging.WARNING)
-        observed = bool(self.observers)
         for o in outcomes:
             # Only forget the attempt this outcome belongs to: a timed-out attempt may
             # report after the same job was claimed again by this worker.
@@ -764,9 +746,9 @@ class Worker:
             state = FINISHED_STATES.get(o.kind)
             if state is None:
                 continue
-            if logged or (warned and o.kind == "fail"):
+            if log.isEnabledFor(logging.INFO if o.kind != "fail" else logging.WARNING):
                 self._log_end(o, state)
-            if observed:
+            if self.observers:
                 job = entry.job if mine and entry is not None else self._job_of(o.job)
                 self.observers.emit("on_finished", job, state, o.duration)
         if fenced:

@@ -301,7 +301,7 @@ class Dialect(ABC):
                 keys = [sa.bindparam(f"k{i}", type_=g.c.group_key.type) for i in range(n)]
             history = sa.select(
                 sa.literal(1), g.c.group_key, sa.null(), sa.null(), g.c.vfinish, g.c.served_seq
-            ).where(g.c.group_key.in_(keys) if n != 0 else sa.false())
+            ).where(g.c.group_key.in_(keys))
             return sa.union_all(flight, history)
 
         flight: dict[str, tuple[int, int]] = {}
