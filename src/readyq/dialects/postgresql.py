@@ -203,11 +203,21 @@ class PostgresDialect(Dialect):
     ) -> tuple[sa.Update, dict[str, Any]]:
         """``UPDATE ... FROM json_to_recordset(:rows)``: the batch travels as one JSON
         text, so the SQL never changes with its size and the server plans it once. (As
-        arrays, the driver would quote and escape every result on its own.)"""
+        arrays, the driver would quote and escape every result on its own.)
+
+        The rows are parsed once, in a materialized CTE, and the jobs are found by
+        ``id = ANY(<the CTE's ids>)``, an array the planner sees as a primary-key
+        lookup. The state test is written ``(state = 'running') IS TRUE``, which no
+        index can serve, so that it stays a filter on those rows. Otherwise the planner
+        may read the in-flight index for ``state = 'running'``: that index keeps an
+        entry for every job that ran since the table's last vacuum (a bitmap scan never
+        marks them dead), and with the JSON joined directly it also parsed the batch
+        again for each entry. The finish's cost then grew with the jobs run, not with
+        the batch."""
 
         def build() -> sa.Update:
             j = t.jobs
-            src = (
+            fn = (
                 sa.func.json_to_recordset(
                     sa.cast(sa.bindparam("d_rows", type_=sa.Text), sa.JSON)
                 )
@@ -216,15 +226,20 @@ class PostgresDialect(Dialect):
                     sa.column("t", sa.BigInteger),
                     sa.column("r", sa.Text),
                 )
-                .render_derived(name="done", with_types=True)
+                .render_derived(name="rows", with_types=True)
             )
+            src = (
+                sa.select(fn.c.i, fn.c.t, fn.c.r).cte("done").prefix_with("MATERIALIZED")
+            )
+            ids = sa.select(sa.func.array_agg(src.c.i)).scalar_subquery()
             return (
                 sa.update(j)
                 .where(
+                    j.c.id == sa.any_(sa.cast(ids, ARRAY(sa.BigInteger))),
                     j.c.id == src.c.i,
                     j.c.lease_token == src.c.t,
                     j.c.lease_owner == sa.bindparam("d_owner", type_=sa.String),
-                    j.c.state == "running",
+                    (j.c.state == "running").is_(sa.true()),
                 )
                 .values(done_values(now, src.c.r))
             )
