@@ -1144,7 +1144,11 @@ class Store:
             .order_by(j.c.group_key, j.c.priority.desc(), j.c.id)
             .limit(1),
         )
-        return self.read(lambda conn: conn.execute(stmt).first()) is not None
+        def unit(conn: Connection) -> bool:
+            self.dialect.pin_index_order(conn)
+            return conn.execute(stmt).first() is not None
+
+        return self.read(unit)
 
     def _claim(
         self,
@@ -1176,6 +1180,7 @@ class Store:
         d = self.dialect
         if self.on_claim_transaction is not None:
             self.on_claim_transaction(conn)
+        d.pin_index_order(conn)
         now = self.now()
         # Where the database reads them in one statement, the runnable counts are read
         # before the gate row is locked: they only shape the plan, and every other claim

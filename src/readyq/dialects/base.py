@@ -120,6 +120,15 @@ class Dialect(ABC):
     def begin_write(self, conn: Connection) -> None:  # noqa: B027 - autobegin suffices
         """Start a write transaction on ``conn`` (SQLAlchemy autobegins by default)."""
 
+    def pin_index_order(self, conn: Connection) -> None:  # noqa: B027 - most need nothing
+        """Keep the rest of ``conn``'s transaction reading the ready index in its order.
+
+        The claim, the runnable counts and the runnable probe take the first rows of an
+        index range in index order and stop. A planner that believes the range is
+        nearly empty may instead collect the whole range and sort it, so that every
+        claim reads the whole backlog: see :meth:`PostgreSQLDialect.pin_index_order`.
+        """
+
     def lock_rows(self, stmt: sa.Select[Any]) -> sa.Select[Any]:
         """Exclusive row locks held to commit (no-op where the database has none)."""
         return stmt.with_for_update()

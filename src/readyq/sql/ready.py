@@ -71,18 +71,25 @@ def claim_order(t: Tables) -> tuple[sa.ColumnElement[object], ...]:
 
 def ready_group_walk(t: Tables) -> sa.CTE:
     """Recursive CTE ``(k)``: the groups that have ready rows, one index probe each (a
-    skip scan of the ready index), ending with a NULL row; filter ``k IS NOT NULL``."""
+    skip scan of the ready index), ending with a NULL row; filter ``k IS NOT NULL``.
+
+    Each probe is the first key in index order (``ORDER BY group_key LIMIT 1``), not
+    ``min(group_key)``: a planner whose statistics say the ready rows are few may compute
+    a ``min()`` by aggregating the whole range, every ready row, where ``LIMIT 1`` in
+    the index's order can only stop at the first."""
     j = t.jobs
-    walk = (
-        sa.select(sa.func.min(j.c.group_key).label("k"))
-        .where(state_in(t, "ready"))
-        .cte("ready_groups", recursive=True)
-    )
-    step = sa.select(
-        sa.select(sa.func.min(j.c.group_key))
-        .where(state_in(t, "ready"), j.c.group_key > walk.c.k)
-        .scalar_subquery()
-    ).where(walk.c.k.is_not(None))
+
+    def first(*conds: sa.ColumnElement[bool]) -> sa.ScalarSelect[Any]:
+        return (
+            sa.select(j.c.group_key)
+            .where(state_in(t, "ready"), *conds)
+            .order_by(j.c.group_key)
+            .limit(1)
+            .scalar_subquery()
+        )
+
+    walk = sa.select(first().label("k")).cte("ready_groups", recursive=True)
+    step = sa.select(first(j.c.group_key > walk.c.k)).where(walk.c.k.is_not(None))
     return walk.union_all(step)
 
 
