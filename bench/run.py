@@ -1,6 +1,6 @@
 """readyq's benchmark: throughput against its peers, scan flatness, enqueue and memory.
 
-    python bench/run.py                 # everything, about 4 minutes on 2 cores
+    python bench/run.py                 # everything, about 5 minutes on 2 cores
     python bench/run.py --quick         # fewer jobs and one run per configuration
 
 One table per run, every figure measured in the same run on the same machine, since
@@ -24,6 +24,10 @@ the machine is shared and noisy: compare the ratios, not the absolute numbers.
   the same window ("server": the database server and the kernel's work for it; about 0
   on SQLite, which runs inside the workers; see ``bench/peers.py``).
 * Claim latency: p50/p99 of one worker transaction (record outcomes + claim + start).
+* Deep backlog: ``--deep-jobs`` (100,000) jobs drained by one process, readyq on each
+  database and PGQueuer at batches of 100 and 500, against the same system's rate with
+  ``--jobs``: claims then walk past the index entries of the jobs already claimed,
+  which PostgreSQL keeps until a vacuum.
 * Scan flatness: median time of one claim transaction on a table of 200 jobs, then
   with ``--done-rows`` finished jobs and ``--waiting-rows`` jobs waiting on an
   unfinished upstream job; likewise the claimed jobs' start, a heartbeat, their
@@ -451,14 +455,17 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--done-rows", type=int, default=1_000_000)
     ap.add_argument("--waiting-rows", type=int, default=100_000)
     ap.add_argument("--memory-jobs", type=int, default=200_000)
+    ap.add_argument("--deep-jobs", type=int, default=100_000,
+                    help="jobs in the deep-backlog drain (1 process, one run each)")
     ap.add_argument("--pg-url", default=DEFAULT_PG)
     ap.add_argument("--mariadb-url", default=DEFAULT_MARIADB)
     ap.add_argument("--skip", nargs="*", default=[],
-                    help="parts to skip: peers throughput scan enqueue memory")
+                    help="parts to skip: peers throughput deep scan enqueue memory")
     args = ap.parse_args(argv)
     if args.quick:
         args.jobs, args.repeat = 5_000, 1
         args.done_rows, args.waiting_rows, args.memory_jobs = 200_000, 20_000, 50_000
+        args.deep_jobs = 30_000
     dbs = [("postgresql", args.pg_url), ("sqlite", ""), ("mariadb", args.mariadb_url)]
     started = time.monotonic()
     rows: list[Row] = []
@@ -589,6 +596,36 @@ def main(argv: list[str] | None = None) -> int:
             print(f"  {r.database:10} {r.processes} proc{batch}: peak {r.peak} / cap {r.cap} "
                   f"{verdict}; shares {measured} (largest gap {worst:.1%})")
 
+    if "deep" not in args.skip:
+        # A backlog ten times the size: every claim walks past the index entries of the
+        # jobs already claimed (PostgreSQL keeps them until a vacuum), and the planner's
+        # statistics may not have caught up with the backlog.
+        print(f"\ndeep backlog: {args.deep_jobs:,} no-op jobs drained by 1 process, one run "
+              f"each; against the same system's median with {args.jobs:,} jobs above")
+        deep: list[tuple[str, Callable[[], Row]]] = [
+            (kind, lambda kind=kind, url=url: run_readyq(
+                kind, url, args.deep_jobs, 1, args.batch)) for kind, url in dbs
+        ]
+        if "peers" not in args.skip:
+            pg = peers._pg_url(args.pg_url)
+            deep += [
+                (f"pgq{b}", lambda b=b: from_peer(peers.run_pgqueuer(pg, args.deep_jobs, 1, b)))
+                for b in (100, LARGE_BATCH)
+            ]
+        for label, fn in deep:
+            try:
+                r = fn()
+            except Exception as exc:  # a peer not installed or failing
+                if not label.startswith("pgq"):
+                    raise
+                log(f"  {label}: skipped ({exc.__class__.__name__}: {exc})")
+                continue
+            same = next((x for x in rows if x.system == r.system and x.database == r.database
+                         and x.processes == 1), None)
+            versus = f"   {r.jobs_per_s / same.jobs_per_s:.2f}x its {args.jobs:,}-job rate" \
+                if same is not None else ""
+            print(f"  {r.system:32} {r.database:10} {r.jobs_per_s:9,.0f} jobs/s{versus}",
+                  flush=True)
     if "enqueue" not in args.skip:
         print("\nenqueue: enqueue_many of 20,000 jobs with dependencies (median of 3 batches) / "
               "single enqueue")
