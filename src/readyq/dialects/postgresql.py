@@ -305,7 +305,12 @@ class PostgresDialect(Dialect):
         )
 
     def now(self) -> sa.ColumnElement[float]:
-        return sa.cast(sa.extract("epoch", sa.func.clock_timestamp()), sa.Double)
+        # date_part() returns double precision; EXTRACT returns numeric (PostgreSQL 14+),
+        # whose cast to double goes through text: about 0.2 µs against 0.06 µs per
+        # evaluation, and a claim evaluates the clock several times per row.
+        return sa.func.date_part(
+            sa.literal_column("'epoch'"), sa.func.clock_timestamp(), type_=sa.Double
+        )
 
     def pin_index_order(self, conn: Connection) -> None:
         """``SET LOCAL enable_sort = off`` for the rest of the transaction.
