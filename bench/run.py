@@ -28,10 +28,11 @@ the machine is shared and noisy: compare the ratios, not the absolute numbers.
   database and PGQueuer at batches of 100 and 500, against the same system's rate with
   ``--jobs``: claims then walk past the index entries of the jobs already claimed,
   which PostgreSQL keeps until a vacuum.
-* Scan flatness: median time of one claim transaction on a table of 200 jobs, then
-  with ``--done-rows`` finished jobs and ``--waiting-rows`` jobs waiting on an
-  unfinished upstream job; likewise the claimed jobs' start, a heartbeat, their
-  hand-back, and a worker's idle check (whether its types still have unfinished jobs).
+* Scan flatness: median time of one claim transaction on a table of 200 jobs and on
+  one that also holds ``--done-rows`` finished jobs and ``--waiting-rows`` jobs waiting
+  on an unfinished upstream job, the two measured in alternation; likewise the claimed
+  jobs' start, a heartbeat, their hand-back, and a worker's idle check (whether its
+  types still have unfinished jobs).
 * Enqueue: ``enqueue_many`` of 20,000 jobs with dependencies (one transaction) and
   single ``enqueue`` calls.
 * Memory: a worker's RSS growth while it runs ``--memory-jobs`` jobs (SQLite).
@@ -274,13 +275,15 @@ def median_row(rows: list[Row]) -> Row:
 OPERATIONS = ("claim", "start", "heartbeat", "hand-back", "idle check")
 
 
-def operation_times(queue: readyq.Queue, samples: int) -> dict[str, float]:
-    """Median seconds of each step of a job's life that reads the jobs table: one claim
-    transaction that takes 10 jobs, their start, a heartbeat, their hand-back, and the
-    question a worker run with ``until_idle`` asks when a tick finds nothing (here for a
-    type with no jobs at all, so that no probe stops at a first match)."""
+def operation_times(
+    queue: readyq.Queue, samples: int, times: dict[str, list[float]]
+) -> None:
+    """Add ``samples`` timings (seconds) of each step of a job's life that reads the jobs
+    table to ``times``: one claim transaction that takes 10 jobs, their start, a
+    heartbeat, their hand-back, and the question a worker run with ``until_idle`` asks
+    when a tick finds nothing (here for a type with no jobs at all, so that no probe
+    stops at a first match)."""
     store = queue._store
-    times: dict[str, list[float]] = {op: [] for op in OPERATIONS}
 
     def timed(op: str, fn: Callable[[], Any]) -> Any:
         t = time.perf_counter()
@@ -298,7 +301,6 @@ def operation_times(queue: readyq.Queue, samples: int) -> dict[str, float]:
         backs = [readyq.store.Outcome(job=c, kind="release") for c in claimed]
         timed("hand-back", lambda bs=backs: store.finish("bench", bs))
         timed("idle check", lambda: store.has_unfinished(["other"]))
-    return {op: statistics.median(ts) for op, ts in times.items()}
 
 
 def bulk_rows(queue: readyq.Queue, kind: str, done: int, waiting: int) -> None:
@@ -357,21 +359,26 @@ def bulk_rows(queue: readyq.Queue, kind: str, done: int, waiting: int) -> None:
 
 
 def scan_flatness(
-    kind: str, base_url: str, done: int, waiting: int
+    kind: str, base_url: str, done: int, waiting: int, samples: int = 60
 ) -> tuple[dict[str, float], dict[str, float]]:
-    url = fresh_database(kind, base_url, "bench_scan")
-    queue = readyq.Queue(url)
-    queue.create_schema()
-
-    @queue.handler("noop")
-    def noop(job: readyq.Job) -> None:
-        return None
-
-    fill_noop(queue, 200)
-    empty = operation_times(queue, 60)
-    bulk_rows(queue, kind, done, waiting)
-    full = operation_times(queue, 60)
-    queue.close()
+    """Median time of each operation on a small table and on a full one: two databases,
+    measured in alternation, 10 samples at a time, so that a machine whose speed drifts
+    (or a server still busy writing out the full table) weighs on both alike."""
+    queues = []
+    for name, full in (("bench_scan_empty", False), ("bench_scan_full", True)):
+        queue = readyq.Queue(fresh_database(kind, base_url, name))
+        queue.create_schema()
+        fill_noop(queue, 200)
+        if full:
+            bulk_rows(queue, kind, done, waiting)
+        queues.append(queue)
+    times: list[dict[str, list[float]]] = [{op: [] for op in OPERATIONS} for _ in queues]
+    for _ in range(0, samples, 10):
+        for queue, into in zip(queues, times, strict=True):
+            operation_times(queue, 10, into)
+    for queue in queues:
+        queue.close()
+    empty, full = ({op: statistics.median(ts) for op, ts in t.items()} for t in times)
     return empty, full
 
 
@@ -633,10 +640,10 @@ def main(argv: list[str] | None = None) -> int:
             bulk, single = enqueue_rates(kind, url)
             print(f"  {kind:10} {bulk:9,.0f} jobs/s bulk   {single:7,.0f} jobs/s single")
     if "scan" not in args.skip:
-        print(f"\nscan flatness: each step's median of 60, on a table with 200 jobs and then "
-              f"with +{args.done_rows:,} done rows, +{args.waiting_rows:,} waiting rows "
-              f"(claim: one transaction that takes 10 jobs; idle check: whether a type "
-              f"still has unfinished jobs)")
+        print(f"\nscan flatness: each step's median of 60, on a table with 200 jobs and on "
+              f"one with +{args.done_rows:,} done rows, +{args.waiting_rows:,} waiting rows, "
+              f"measured in alternation (claim: one transaction that takes 10 jobs; idle "
+              f"check: whether a type still has unfinished jobs)")
         for kind, url in dbs:
             empty, full = scan_flatness(kind, url, args.done_rows, args.waiting_rows)
             for i, op in enumerate(OPERATIONS):

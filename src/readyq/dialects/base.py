@@ -126,7 +126,7 @@ class Dialect(ABC):
         The claim, the runnable counts and the runnable probe take the first rows of an
         index range in index order and stop. A planner that believes the range is
         nearly empty may instead collect the whole range and sort it, so that every
-        claim reads the whole backlog: see :meth:`PostgreSQLDialect.pin_index_order`.
+        claim reads the whole backlog: see :meth:`PostgresDialect.pin_index_order`.
         """
 
     def lock_rows(self, stmt: sa.Select[Any]) -> sa.Select[Any]:
