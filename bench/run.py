@@ -153,22 +153,38 @@ def check_guarantees(queue: readyq.Queue, jobs: int) -> tuple[int, dict[str, flo
     t = queue._store.tables.jobs
     with queue.engine.connect() as conn:
         rows = conn.execute(
-            sa.select(t.c.id, t.c.group_key, t.c.started_at, t.c.finished_at).order_by(
-                t.c.started_at, t.c.id
-            )
+            sa.select(
+                t.c.id, t.c.group_key, t.c.started_at, t.c.finished_at, t.c.lease_owner
+            ).order_by(t.c.started_at, t.c.id)
         ).all()
     events = sorted([(r.started_at, 1) for r in rows] + [(r.finished_at, -1) for r in rows])
     peak = running = 0
     for _, step in events:  # at equal times the end (-1) sorts first: never over-counts
         running += step
         peak = max(peak, running)
-    # The cut falls between claims: the jobs of one claim can share a start time (SQLite
-    # reads its clock once per statement), and a cut inside a claim would count an
-    # arbitrary part of it.
-    cut = rows[int(jobs * 0.4)].started_at
-    head = [r for r in rows if r.started_at < cut] or rows[: int(jobs * 0.4)]
+    # The cut falls between claims, and a claim counts whole: a cut inside one would
+    # count an arbitrary part of it (its rows are started in id order, not by group).
+    # A claim is a run of starts by one worker, each within CLAIM_GAP of the one before:
+    # PostgreSQL reads its clock per row, so one claim's starts are microseconds apart
+    # (SQLite and MariaDB give them one time), and claims take turns at the gate row.
+    claims: list[list[Any]] = []
+    for r in rows:
+        last = claims[-1][-1] if claims else None
+        if last is None or r.lease_owner != last.lease_owner or \
+                r.started_at - last.started_at > CLAIM_GAP:
+            claims.append([])
+        claims[-1].append(r)
+    head: list[Any] = []
+    for claim in claims:
+        if len(head) >= jobs * 0.4:
+            break
+        head += claim
     shares = {g: sum(1 for r in head if r.group_key == g) / len(head) for g in GROUPS}
     return peak, shares
+
+
+# Seconds between two starts that are taken to belong to different claims.
+CLAIM_GAP = 0.0005
 
 
 def check_dependency_order(queue: readyq.Queue) -> tuple[int, int]:
