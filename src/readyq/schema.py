@@ -52,6 +52,8 @@ LIVE_KEY_EXPRESSION = f"CASE WHEN {NOT_ENDED} THEN unique_key END"
 # MySQL and MariaDB: the type of a job waiting for its dependencies, else NULL (a
 # virtual generated column, indexed in place of a partial index).
 WAITING_TYPE_EXPRESSION = "CASE WHEN state = 'waiting' THEN type END"
+# MySQL and MariaDB: the type of a ready job, else NULL (indexed the same way).
+READY_TYPE_EXPRESSION = "CASE WHEN state = 'ready' THEN type END"
 MYSQL_DIALECTS = ("mysql", "mariadb")
 
 
@@ -93,6 +95,11 @@ def in_flight_index_name(jobs_table: str) -> str:
     """The (state, lease_expires) index of the jobs in flight; MySQL's in-flight count
     names it in an index hint."""
     return f"{jobs_table}_state_lease_expires_ix"
+
+
+def ready_type_index_name(jobs_table: str) -> str:
+    """The index of ready jobs by type; SQLite's probes of it name it (``INDEXED BY``)."""
+    return f"{jobs_table}_ready_type_ix"
 
 
 def live_key_index_name(prefix: str) -> str:
@@ -154,8 +161,8 @@ def build_tables(prefix: str = DEFAULT_PREFIX, dialect: str | None = None) -> Ta
     """Build the table definitions for ``prefix`` (validated first).
 
     ``dialect`` is SQLAlchemy's dialect name. On ``mysql`` and ``mariadb``, which have no
-    partial indexes, the jobs table has the generated columns ``live_unique_key`` and
-    ``waiting_type`` that stand in for two of them.
+    partial indexes, the jobs table has the generated columns ``live_unique_key``,
+    ``waiting_type`` and ``ready_type`` that stand in for three of them.
     """
     validate_prefix(prefix)
     md = sa.MetaData(naming_convention=NAMING_CONVENTION)
@@ -268,6 +275,22 @@ def build_tables(prefix: str = DEFAULT_PREFIX, dialect: str | None = None) -> Ta
             jobs.c.type,
             postgresql_where=waiting,
             sqlite_where=waiting,
+        )
+    # Ready jobs by type: whether any job of a worker's types is ready is then one seek,
+    # however many jobs of other types are ready (migration readyq_0005). MySQL and
+    # MariaDB index a virtual column again, here the type of ready jobs.
+    if dialect in MYSQL_DIALECTS:
+        ready_type = sa.Column(
+            "ready_type", Key, sa.Computed(READY_TYPE_EXPRESSION, persisted=False)
+        )
+        jobs.append_column(ready_type)
+        sa.Index(ready_type_index_name(jobs.name), ready_type)
+    else:
+        sa.Index(
+            ready_type_index_name(jobs.name),
+            jobs.c.type,
+            postgresql_where=ready,
+            sqlite_where=ready,
         )
 
     deps = sa.Table(

@@ -62,7 +62,13 @@ from readyq.schema import (
     Tables,
     build_tables,
 )
-from readyq.sql.ready import runnable, runnable_head, state_in, values_in, waiting_of_types
+from readyq.sql.ready import (
+    runnable,
+    runnable_head,
+    state_in,
+    values_in,
+    waiting_of_types,
+)
 from readyq.transient import is_raw_driver_error
 
 log = logging.getLogger("readyq.store")
@@ -1136,17 +1142,33 @@ class Store:
     def runnable_exists(self, types: Sequence[str] | None) -> bool:
         """Whether any job of ``types`` is runnable now: one lock-free read."""
         j = self.tables.jobs
+        t = self.tables
+
+        def build() -> sa.Select[Any]:
+            if types is None:
+                # In the ready index's order, so that no plan reads the table instead.
+                return (
+                    sa.select(j.c.id)
+                    .where(runnable(t, self.now(), types=None))
+                    .order_by(j.c.group_key, j.c.priority.desc(), j.c.id)
+                    .limit(1)
+                )
+            # The ready jobs of these types only, through the index that holds them by
+            # type (``first_ready_type``).
+            return sa.select(
+                self.dialect.first_ready_type(
+                    t, types, sa.or_(j.c.run_after.is_(None), j.c.run_after <= self.now())
+                )
+            )
+
         stmt = self.dialect.cached(
-            ("runnable_exists", j.name, None if types is None else tuple(types)),
-            # In the ready index's order, so that no plan reads the table instead.
-            lambda: sa.select(j.c.id)
-            .where(runnable(self.tables, self.now(), types=types))
-            .order_by(j.c.group_key, j.c.priority.desc(), j.c.id)
-            .limit(1),
+            ("runnable_exists", j.name, None if types is None else tuple(types)), build
         )
+
         def unit(conn: Connection) -> bool:
             self.dialect.pin_index_order(conn)
-            return conn.execute(stmt).first() is not None
+            row = conn.execute(stmt).first()
+            return row is not None and (types is None or row[0] is not None)
 
         return self.read(unit)
 
@@ -1866,10 +1888,15 @@ class Store:
 
         def build() -> sa.Select[Any]:
             of_types = [] if types is None else [values_in(j.c.type, types)]
-            ready = state_in(t, JobState.READY.value)
+            if types is None:
+                ready: sa.ColumnElement[bool] = sa.exists(
+                    sa.select(j.c.id).where(state_in(t, JobState.READY.value))
+                )
+            else:
+                ready = self.dialect.first_ready_type(t, types).is_not(None)
             return sa.select(
                 sa.or_(
-                    sa.exists(sa.select(j.c.id).where(ready, *of_types)),
+                    ready,
                     sa.exists(sa.select(j.c.id).where(state_in(t, *IN_FLIGHT_STATES), *of_types)),
                     sa.exists(sa.select(j.c.id).where(waiting_of_types(t, types))),
                 )

@@ -392,3 +392,71 @@ def test_postgresql_claim_does_not_read_the_backlog_after_a_vacuum_without_stati
     vacuum()
     deep = claim_reads(queue, dialect_name)
     assert deep <= 2 * shallow + 50, (shallow, deep)
+
+
+def probe_reads(queue: readyq.Queue, dialect: str, probe: Any) -> int:
+    """What one idle probe reads (PostgreSQL: the shared buffers of its generic plan;
+    MySQL: handler reads); on SQLite, 0 if its plan reads the jobs table through the
+    ready-by-type index. The statements before the probe's read (the settings of its
+    transaction) run first, as they did."""
+    captured: list[tuple[str, Any]] = []
+
+    def record(conn: Any, cursor: Any, statement: str, params: Any, context: Any,
+               executemany: bool) -> None:
+        captured.append((statement, params))
+
+    sa.event.listen(queue.engine, "before_cursor_execute", record)
+    try:
+        assert probe() is False
+    finally:
+        sa.event.remove(queue.engine, "before_cursor_execute", record)
+    *settings, (sql, params) = captured
+    assert "readyq_jobs" in sql and all("readyq_jobs" not in s for s, _ in settings)
+    with queue.engine.connect() as conn:
+        for setting, setting_params in settings:
+            conn.exec_driver_sql(setting, setting_params)
+        if dialect == "postgresql":
+            plan = explain_generic(conn, sql, params)
+            conn.rollback()
+            top = next(line for line in plan if "Buffers:" in line)
+            return sum(int(n) for n in re.findall(r"(?:hit|read)=(\d+)", top))
+        if dialect == "sqlite":
+            plan = [str(r[-1]) for r in conn.exec_driver_sql("EXPLAIN QUERY PLAN " + sql, params)]
+            ready = [line for line in plan if "readyq_jobs" in line][0]
+            assert "readyq_jobs_ready_type_ix" in ready, plan
+            return 0
+
+        def handler_reads() -> int:
+            rows = conn.exec_driver_sql("SHOW SESSION STATUS LIKE 'Handler_read%%'").all()
+            return sum(int(v) for _, v in rows)
+
+        before = handler_reads()
+        conn.exec_driver_sql(sql, params).all()
+        reads = handler_reads() - before
+        conn.rollback()
+        return reads
+
+
+def test_an_idle_probe_does_not_read_the_ready_jobs_of_other_types(
+    queue: readyq.Queue, dialect_name: str
+) -> None:
+    """A worker whose types have nothing ready asks at every tick whether one is (and,
+    run with ``until_idle``, whether any is unfinished): the answer comes from the ready
+    jobs of its own types, whatever the backlog of other types. It reads as much with
+    50,000 ready jobs of another type as with 2,000 (readyq runs no ANALYZE on SQLite,
+    whose plan is checked instead)."""
+    store = queue._store
+    probes = {
+        "runnable": lambda: store.runnable_exists(["other"]),
+        "unfinished": lambda: store.has_unfinished(["other"]),
+    }
+    bulk(queue, "ready", 2000)
+    if dialect_name != "sqlite":
+        analyze(queue, dialect_name)
+    shallow = {name: probe_reads(queue, dialect_name, p) for name, p in probes.items()}
+    bulk(queue, "ready", 48000, start=2000)
+    if dialect_name != "sqlite":
+        analyze(queue, dialect_name)
+    deep = {name: probe_reads(queue, dialect_name, p) for name, p in probes.items()}
+    for name in probes:
+        assert deep[name] <= 2 * shallow[name] + 20, (name, shallow, deep)

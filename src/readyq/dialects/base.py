@@ -18,7 +18,14 @@ from sqlalchemy.engine import Connection, Engine
 
 from readyq.model import IN_FLIGHT_STATES, ClaimedJob
 from readyq.schema import GATE_ID, Tables
-from readyq.sql.ready import claim_order, in_flight_by_group, ready_group_walk, runnable
+from readyq.sql.ready import (
+    claim_order,
+    first_ready_type,
+    in_flight_by_group,
+    ready_group_walk,
+    runnable,
+    values_in,
+)
 
 S = TypeVar("S")
 
@@ -128,6 +135,20 @@ class Dialect(ABC):
         nearly empty may instead collect the whole range and sort it, so that every
         claim reads the whole backlog: see :meth:`PostgresDialect.pin_index_order`.
         """
+
+    def types_in(
+        self, column: sa.ColumnElement[str], types: Sequence[str]
+    ) -> sa.ColumnElement[bool]:
+        """``column IN (...)`` for a probe of the ready jobs by type
+        (:meth:`first_ready_type`)."""
+        return values_in(column, types)
+
+    def first_ready_type(
+        self, t: Tables, types: Sequence[str], *conds: sa.ColumnElement[bool]
+    ) -> sa.ScalarSelect[Any]:
+        """One of ``types`` that has a ready job meeting ``conds``, or NULL: one probe of
+        the index of ready jobs by type (:func:`readyq.sql.ready.first_ready_type`)."""
+        return first_ready_type(t, types, *conds, member=self.types_in)
 
     def lock_rows(self, stmt: sa.Select[Any]) -> sa.Select[Any]:
         """Exclusive row locks held to commit (no-op where the database has none)."""

@@ -47,8 +47,8 @@ from readyq.dialects.base import (
 )
 from readyq.errors import UnsupportedDatabase
 from readyq.model import ClaimedJob
-from readyq.schema import GATE_ID, Tables, in_flight_index_name
-from readyq.sql.ready import claim_order, runnable, runnable_head
+from readyq.schema import GATE_ID, Tables, in_flight_index_name, ready_type_index_name
+from readyq.sql.ready import claim_order, runnable, runnable_head, values_in
 
 MYSQL_MIN = (8, 0, 1)
 # Up to this many groups, a claim reads the groups and their counts in one statement
@@ -182,6 +182,26 @@ class MySQLDialect(Dialect):
         """
         index = in_flight_index_name(t.jobs.name)
         return super().in_flight_counts(t).with_hint(t.jobs, f"FORCE INDEX ({index})")
+
+    def first_ready_type(
+        self, t: Tables, types: Sequence[str], *conds: sa.ColumnElement[bool]
+    ) -> sa.ScalarSelect[Any]:
+        """``SELECT ready_type ... FORCE INDEX (<ready by type>) ... LIMIT 1``.
+
+        ``min()`` is not MySQL's shortcut here once another condition (``run_after``)
+        joins the type: with every ready job of one type, MariaDB read the whole table
+        to find the least. Bound to the index by type, the first entry of the types'
+        range that meets the conditions answers, and a type with nothing ready reads
+        nothing."""
+        j = t.jobs
+        index = ready_type_index_name(j.name)
+        return (
+            sa.select(j.c.ready_type)
+            .where(values_in(j.c.ready_type, types), *conds)
+            .with_hint(j, f"FORCE INDEX ({index})")
+            .limit(1)
+            .scalar_subquery()
+        )
 
     def ready_counts(
         self,

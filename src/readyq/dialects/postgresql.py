@@ -20,6 +20,7 @@ from typing import Any, ClassVar, cast
 
 import sqlalchemy as sa
 from sqlalchemy.dialects.postgresql import ARRAY, JSONB
+from sqlalchemy.dialects.postgresql import array as pg_array
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.engine import Connection
 
@@ -310,6 +311,16 @@ class PostgresDialect(Dialect):
         # evaluation, and a claim evaluates the clock several times per row.
         return sa.func.date_part(
             sa.literal_column("'epoch'"), sa.func.clock_timestamp(), type_=sa.Double
+        )
+
+    def types_in(
+        self, column: sa.ColumnElement[str], types: Sequence[str]
+    ) -> sa.ColumnElement[bool]:
+        """``column = ANY(ARRAY[...])``: PostgreSQL turns ``IN`` of one value into an
+        equality, and then a generic plan may answer ``min(type)`` with any row of a
+        scan it expects to match at once."""
+        return column == sa.any_(
+            pg_array([sa.bindparam(None, value, type_=column.type) for value in types])
         )
 
     def pin_index_order(self, conn: Connection) -> None:

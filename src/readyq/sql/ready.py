@@ -11,7 +11,7 @@ Tests check that both give the same rows.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import sqlalchemy as sa
@@ -122,6 +122,33 @@ def waiting_of_types(t: Tables, types: Sequence[str] | None) -> sa.ColumnElement
         return values_in(j.c.waiting_type, types)
     waiting = state_in(t, "waiting")
     return waiting if types is None else sa.and_(waiting, values_in(j.c.type, types))
+
+
+def first_ready_type(
+    t: Tables,
+    types: Sequence[str],
+    *conds: sa.ColumnElement[bool],
+    member: Callable[[sa.ColumnElement[str], Sequence[str]], sa.ColumnElement[bool]] = values_in,
+) -> sa.ScalarSelect[Any]:
+    """The least of ``types`` that has a ready job (meeting ``conds``), or NULL: read
+    through the index of ready jobs by type (``(type) WHERE state = 'ready'``; on MySQL
+    and MariaDB the generated column ``ready_type``).
+
+    The ready indexes by group do not hold the type, so through them a probe for types
+    with nothing ready reads every ready job of the other types. Asked as ``EXISTS`` or
+    ``LIMIT 1``, the planner may take any scan that it expects to meet a match early,
+    and when the statistics say that most rows are of one type it expects that for any
+    type. ``min()`` of the type leaves one cheap plan: the first entry of the range of
+    ``types`` in the index by type; any other must read every row it could match.
+    ``member`` writes the test of the type (``Dialect.types_in``): it must not be an
+    equality, which would make the order of the type, and with it ``min()``, moot."""
+    j = t.jobs
+    if "ready_type" in j.c:
+        column, where = j.c.ready_type, member(j.c.ready_type, types)
+    else:
+        column = j.c.type
+        where = sa.and_(state_in(t, "ready"), member(j.c.type, types))
+    return sa.select(sa.func.min(column)).where(where, *conds).scalar_subquery()
 
 
 def in_flight_by_group(t: Tables, *states: str) -> sa.Select[Any]:
