@@ -422,7 +422,7 @@ def probe_reads(queue: readyq.Queue, dialect: str, probe: Any) -> int:
             return sum(int(n) for n in re.findall(r"(?:hit|read)=(\d+)", top))
         if dialect == "sqlite":
             plan = [str(r[-1]) for r in conn.exec_driver_sql("EXPLAIN QUERY PLAN " + sql, params)]
-            ready = [line for line in plan if "readyq_jobs" in line][0]
+            ready = next(line for line in plan if "readyq_jobs" in line)
             assert "readyq_jobs_ready_type_ix" in ready, plan
             return 0
 

@@ -18,7 +18,10 @@ import readyq
 from readyq.sql.ready import claim_order, runnable
 
 BULK = 20_000
-READY_INDEXES = ("readyq_jobs_ready_group_ix", "readyq_jobs_state_run_after_ix")
+# The indexes that hold ready jobs only (by group, by run_after, by type).
+READY_INDEXES = (
+    "readyq_jobs_ready_group_ix", "readyq_jobs_state_run_after_ix", "readyq_jobs_ready_type_ix",
+)
 
 
 def bulk_rows(state: str, count: int, now: float) -> list[dict[str, Any]]:
