@@ -98,7 +98,7 @@ def in_flight_index_name(jobs_table: str) -> str:
 
 
 def ready_type_index_name(jobs_table: str) -> str:
-    """The index of ready jobs by type; SQLite's probes of it name it (``INDEXED BY``)."""
+    """The index of ready jobs by type; MySQL's probe of it names it (``FORCE INDEX``)."""
     return f"{jobs_table}_ready_type_ix"
 
 

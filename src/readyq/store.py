@@ -62,13 +62,7 @@ from readyq.schema import (
     Tables,
     build_tables,
 )
-from readyq.sql.ready import (
-    runnable,
-    runnable_head,
-    state_in,
-    values_in,
-    waiting_of_types,
-)
+from readyq.sql.ready import runnable, runnable_head, state_in, values_in, waiting_of_types
 from readyq.transient import is_raw_driver_error
 
 log = logging.getLogger("readyq.store")
@@ -1154,21 +1148,20 @@ class Store:
                     .limit(1)
                 )
             # The ready jobs of these types only, through the index that holds them by
-            # type (``first_ready_type``).
-            return sa.select(
-                self.dialect.first_ready_type(
-                    t, types, sa.or_(j.c.run_after.is_(None), j.c.run_after <= self.now())
-                )
+            # type (``first_ready_type``): a min(), which needs no pinned order.
+            first = self.dialect.first_ready_type(
+                t, types, sa.or_(j.c.run_after.is_(None), j.c.run_after <= self.now())
             )
+            return sa.select(sa.literal(1)).where(first.is_not(None))
 
         stmt = self.dialect.cached(
             ("runnable_exists", j.name, None if types is None else tuple(types)), build
         )
 
         def unit(conn: Connection) -> bool:
-            self.dialect.pin_index_order(conn)
-            row = conn.execute(stmt).first()
-            return row is not None and (types is None or row[0] is not None)
+            if types is None:
+                self.dialect.pin_index_order(conn)
+            return conn.execute(stmt).first() is not None
 
         return self.read(unit)
 

@@ -131,8 +131,9 @@ def first_ready_type(
     member: Callable[[sa.ColumnElement[str], Sequence[str]], sa.ColumnElement[bool]] = values_in,
 ) -> sa.ScalarSelect[Any]:
     """The least of ``types`` that has a ready job (meeting ``conds``), or NULL: read
-    through the index of ready jobs by type (``(type) WHERE state = 'ready'``; on MySQL
-    and MariaDB the generated column ``ready_type``).
+    through the index of ready jobs by type, ``(type) WHERE state = 'ready'`` (MySQL and
+    MariaDB index the generated column ``ready_type`` and probe it their own way, see
+    ``MySQLDialect.first_ready_type``).
 
     The ready indexes by group do not hold the type, so through them a probe for types
     with nothing ready reads every ready job of the other types. Asked as ``EXISTS`` or
@@ -143,12 +144,11 @@ def first_ready_type(
     ``member`` writes the test of the type (``Dialect.types_in``): it must not be an
     equality, which would make the order of the type, and with it ``min()``, moot."""
     j = t.jobs
-    if "ready_type" in j.c:
-        column, where = j.c.ready_type, member(j.c.ready_type, types)
-    else:
-        column = j.c.type
-        where = sa.and_(state_in(t, "ready"), member(j.c.type, types))
-    return sa.select(sa.func.min(column)).where(where, *conds).scalar_subquery()
+    return (
+        sa.select(sa.func.min(j.c.type))
+        .where(state_in(t, "ready"), member(j.c.type, types), *conds)
+        .scalar_subquery()
+    )
 
 
 def in_flight_by_group(t: Tables, *states: str) -> sa.Select[Any]:
