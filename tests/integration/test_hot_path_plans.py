@@ -144,6 +144,18 @@ def test_a_worker_tick_reads_jobs_through_indexes(
     assert not problems, "full scans of readyq_jobs:\n" + "\n\n".join(problems)
 
 
+def plan_buffers(plan: list[str]) -> int:
+    """Shared buffers (hit or read) on the top line of an EXPLAIN (ANALYZE, BUFFERS)."""
+    top = next(line for line in plan if "Buffers:" in line)
+    return sum(int(n) for n in re.findall(r"(?:hit|read)=(\d+)", top))
+
+
+def handler_reads(conn: sa.Connection) -> int:
+    """The session's handler reads so far (MySQL and MariaDB)."""
+    rows = conn.exec_driver_sql("SHOW SESSION STATUS LIKE 'Handler_read%%'").all()
+    return sum(int(v) for _, v in rows)
+
+
 def snapshot_buffers(queue: readyq.Queue) -> int:
     """Shared buffers the claim's runnable counts touch on PostgreSQL."""
     store = queue._store
@@ -165,8 +177,7 @@ def snapshot_buffers(queue: readyq.Queue) -> int:
     with queue.engine.connect() as conn:
         plan = [r[0] for r in conn.exec_driver_sql(
             "EXPLAIN (ANALYZE, BUFFERS, FORMAT TEXT) " + sql, params)]
-    top = next(line for line in plan if "Buffers:" in line)
-    return sum(int(n) for n in re.findall(r"(?:hit|read)=(\d+)", top))
+    return plan_buffers(plan)
 
 
 def test_postgresql_ready_counts_do_not_grow_with_the_ready_backlog(
@@ -227,16 +238,11 @@ def finish_reads(queue: readyq.Queue, dialect: str) -> int:
             plan = [r[0] for r in conn.exec_driver_sql(
                 "EXPLAIN (ANALYZE, BUFFERS, FORMAT TEXT) " + sql, params)]
             conn.rollback()
-            top = next(line for line in plan if "Buffers:" in line)
-            return sum(int(n) for n in re.findall(r"(?:hit|read)=(\d+)", top))
+            return plan_buffers(plan)
 
-        def handler_reads() -> int:
-            rows = conn.exec_driver_sql("SHOW SESSION STATUS LIKE 'Handler_read%%'").all()
-            return sum(int(v) for _, v in rows)
-
-        before = handler_reads()
+        before = handler_reads(conn)
         conn.exec_driver_sql(sql, params)
-        reads = handler_reads() - before
+        reads = handler_reads(conn) - before
         conn.rollback()
         return reads
 
@@ -284,21 +290,14 @@ def claim_reads(queue: readyq.Queue, dialect: str) -> int:
     assert len(claimed) == 100
     reads = 0
     with queue.engine.connect() as conn:
-        if dialect != "postgresql":
-            def handler_reads() -> int:
-                rows = conn.exec_driver_sql("SHOW SESSION STATUS LIKE 'Handler_read%%'").all()
-                return sum(int(v) for _, v in rows)
-
-            before = handler_reads()
+        before = handler_reads(conn) if dialect != "postgresql" else 0
         for sql, params in captured:
             if dialect == "postgresql" and sql.lstrip().upper().startswith(("SELECT", "WITH")):
-                plan = explain_generic(conn, sql, params)
-                top = next((line for line in plan if "Buffers:" in line), "")
-                reads += sum(int(n) for n in re.findall(r"(?:hit|read)=(\d+)", top))
+                reads += plan_buffers(explain_generic(conn, sql, params))
             else:
                 conn.exec_driver_sql(sql, params)
         if dialect != "postgresql":
-            reads = handler_reads() - before
+            reads = handler_reads(conn) - before
         conn.rollback()
     return reads
 
@@ -418,21 +417,16 @@ def probe_reads(queue: readyq.Queue, dialect: str, probe: Any) -> int:
         if dialect == "postgresql":
             plan = explain_generic(conn, sql, params)
             conn.rollback()
-            top = next(line for line in plan if "Buffers:" in line)
-            return sum(int(n) for n in re.findall(r"(?:hit|read)=(\d+)", top))
+            return plan_buffers(plan)
         if dialect == "sqlite":
             plan = [str(r[-1]) for r in conn.exec_driver_sql("EXPLAIN QUERY PLAN " + sql, params)]
             ready = next(line for line in plan if "readyq_jobs" in line)
             assert "readyq_jobs_ready_type_ix" in ready, plan
             return 0
 
-        def handler_reads() -> int:
-            rows = conn.exec_driver_sql("SHOW SESSION STATUS LIKE 'Handler_read%%'").all()
-            return sum(int(v) for _, v in rows)
-
-        before = handler_reads()
+        before = handler_reads(conn)
         conn.exec_driver_sql(sql, params).all()
-        reads = handler_reads() - before
+        reads = handler_reads(conn) - before
         conn.rollback()
         return reads
 
