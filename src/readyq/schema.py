@@ -276,19 +276,23 @@ def build_tables(prefix: str = DEFAULT_PREFIX, dialect: str | None = None) -> Ta
             postgresql_where=waiting,
             sqlite_where=waiting,
         )
-    # Ready jobs by type: whether any job of a worker's types is ready is then one seek,
-    # however many jobs of other types are ready (migration readyq_0005). MySQL and
-    # MariaDB index a virtual column again, here the type of ready jobs.
+    # Ready jobs by type, then in each group's claim order: whether any job of a worker's
+    # types is ready is one seek however many jobs of other types are ready (migration
+    # readyq_0005), and a worker of one type reads its own type's rows of a group, in the
+    # order it claims them, without stepping over the other types' (readyq_0006). MySQL
+    # and MariaDB index a virtual column again, here the type of ready jobs.
+    by_type = [jobs.c.group_key, jobs.c.priority.desc(), jobs.c.id]
     if dialect in MYSQL_DIALECTS:
         ready_type = sa.Column(
             "ready_type", Key, sa.Computed(READY_TYPE_EXPRESSION, persisted=False)
         )
         jobs.append_column(ready_type)
-        sa.Index(ready_type_index_name(jobs.name), ready_type)
+        sa.Index(ready_type_index_name(jobs.name), ready_type, *by_type)
     else:
         sa.Index(
             ready_type_index_name(jobs.name),
             jobs.c.type,
+            *by_type,
             postgresql_where=ready,
             sqlite_where=ready,
         )

@@ -1206,7 +1206,7 @@ class Store:
             # The portable reads, for a database whose claims lock rows rather than the
             # whole database: the same split, in two statements.
             early, _ = self._runnable_counts(
-                conn, d.ready_groups(conn, t), now, types, cap, with_history=False
+                conn, d.ready_groups(conn, t, types), now, types, cap, with_history=False
             )
         if early is not None and not early:
             return _no_jobs
@@ -1240,7 +1240,7 @@ class Store:
             # scan of the ready index finds: the cost follows the number of groups, not
             # the backlog.
             ready, history = self._runnable_counts(
-                conn, d.ready_groups(conn, t), now, types, cap
+                conn, d.ready_groups(conn, t, types), now, types, cap
             )
         if not ready:
             return _no_jobs
@@ -1365,7 +1365,9 @@ class Store:
             for i in range(n):
                 key = sa.bindparam(f"g{i}", type_=j.c.group_key.type)
                 cap_param = sa.bindparam("cap", type_=sa.Integer)
-                head = runnable_head(self.tables, now, key, types, cap_param).subquery()
+                head = d.by_type(
+                    runnable_head(self.tables, now, key, types, cap_param), self.tables, types
+                ).subquery()
                 columns: list[Any] = [
                     sa.literal(i).label("i"),
                     sa.func.count().label("n"),

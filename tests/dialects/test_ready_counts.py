@@ -19,7 +19,7 @@ from readyq.store import Store
 
 
 def portable(store: Store, conn: sa.Connection, types: list[str] | None, cap: int) -> Any:
-    groups = store.dialect.ready_groups(conn, store.tables)
+    groups = store.dialect.ready_groups(conn, store.tables, types)
     counts, _ = store._runnable_counts(conn, groups, store.now(), types, cap,
                                        with_history=False)
     return counts

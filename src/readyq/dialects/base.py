@@ -24,6 +24,7 @@ from readyq.sql.ready import (
     in_flight_by_group,
     ready_group_walk,
     runnable,
+    single_type,
     values_in,
 )
 
@@ -150,6 +151,14 @@ class Dialect(ABC):
         the index of ready jobs by type (:func:`readyq.sql.ready.first_ready_type`)."""
         return first_ready_type(t, types, *conds, member=self.types_in)
 
+    def by_type(
+        self, stmt: sa.Select[Any], t: Tables, types: Sequence[str] | None
+    ) -> sa.Select[Any]:
+        """``stmt``, a read of ready jobs of ``types``, held to the index of ready jobs by
+        type where the database needs telling (MySQL's ``FORCE INDEX``, for a worker of
+        one type)."""
+        return stmt
+
     def lock_rows(self, stmt: sa.Select[Any]) -> sa.Select[Any]:
         """Exclusive row locks held to commit (no-op where the database has none)."""
         return stmt.with_for_update()
@@ -174,17 +183,22 @@ class Dialect(ABC):
         """Insert dependency edges (``job_id``, ``depends_on_id``)."""
         conn.execute(sa.insert(t.deps), edges)
 
-    def ready_groups(self, conn: Connection, t: Tables) -> list[str]:
-        """The distinct groups that have ready rows, by a skip scan of the ready index.
+    def ready_groups(
+        self, conn: Connection, t: Tables, types: Sequence[str] | None = None
+    ) -> list[str]:
+        """The distinct groups that have ready rows (of the one type of ``types``, for a
+        worker of one type), by a skip scan of a ready index.
 
         A recursive query steps from one group to the next, each step one index probe,
         so the cost follows the number of groups rather than the number of ready jobs.
         """
+        only = single_type(types)
+
         def build() -> sa.Select[Any]:
-            walk = ready_group_walk(t)
+            walk = ready_group_walk(t, types)
             return sa.select(walk.c.k).where(walk.c.k.is_not(None))
 
-        stmt = self.cached(("ready_groups", t.jobs.name), build)
+        stmt = self.cached(("ready_groups", t.jobs.name, only), build)
         return list(conn.execute(stmt).scalars())
 
     @abstractmethod

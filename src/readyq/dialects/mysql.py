@@ -48,7 +48,14 @@ from readyq.dialects.base import (
 from readyq.errors import UnsupportedDatabase
 from readyq.model import ClaimedJob
 from readyq.schema import GATE_ID, Tables, in_flight_index_name, ready_type_index_name
-from readyq.sql.ready import claim_order, runnable, runnable_head, values_in
+from readyq.sql.ready import (
+    claim_order,
+    ready_of_type,
+    runnable,
+    runnable_head,
+    single_type,
+    values_in,
+)
 
 MYSQL_MIN = (8, 0, 1)
 # Up to this many groups, a claim reads the groups and their counts in one statement
@@ -72,13 +79,38 @@ def check_version(is_mariadb: bool, version: tuple[int, ...]) -> None:
         )
 
 
-def _group_probe(t: Tables, after: sa.ColumnElement[str] | None) -> sa.Select[Any]:
-    """The first group with ready rows (after ``after``): one probe of the ready index."""
+def _group_probe(
+    t: Tables, after: sa.ColumnElement[str] | None, types: Sequence[str] | None = None
+) -> sa.Select[Any]:
+    """The first group with ready rows (after ``after``): one probe of the ready index,
+    the index of ready jobs by type for a worker of one type."""
     j = t.jobs
-    stmt = sa.select(j.c.group_key).where(j.c.state == "ready")
+    only = single_type(types)
+    if only is None:
+        stmt = sa.select(j.c.group_key).where(j.c.state == "ready")
+        order: tuple[sa.ColumnElement[Any], ...] = (j.c.state, j.c.group_key)
+    else:
+        stmt = _by_type(sa.select(j.c.group_key).where(ready_of_type(t, only)), t, types)
+        # Not ``ready_type`` in the order (a constant here): MariaDB sorts when the
+        # ORDER BY names the virtual column, though the index is in that order.
+        order = (j.c.group_key,)
     if after is not None:
         stmt = stmt.where(j.c.group_key > after)
-    return stmt.order_by(j.c.state, j.c.group_key).limit(1)
+    return stmt.order_by(*order).limit(1)
+
+
+def _by_type(
+    stmt: sa.Select[Any], t: Tables, types: Sequence[str] | None
+) -> sa.Select[Any]:
+    """``FORCE INDEX`` of ready jobs by type on a read of one type's ready jobs.
+
+    The optimizer's statistics of the ``ready_type`` index may date from a time when the
+    column was NULL on every row: it then takes a type's ready jobs for most of the
+    table and reads the table whole and sorts it, where the index holds each group's
+    jobs of the type in claim order."""
+    if single_type(types) is None:
+        return stmt
+    return stmt.with_hint(t.jobs, f"FORCE INDEX ({ready_type_index_name(t.jobs.name)})")
 
 
 def _counts_and_successors(
@@ -91,14 +123,14 @@ def _counts_and_successors(
     none = sa.null()
     # Scalar subqueries: a probe that finds nothing still yields its row, with NULL.
     parts: list[sa.Select[Any]] = [
-        sa.select(sa.literal(0), sa.literal(-1), _group_probe(t, None).scalar_subquery(),
+        sa.select(sa.literal(0), sa.literal(-1), _group_probe(t, None, types).scalar_subquery(),
                   none, none)
     ]
     for i in range(n):
         key = sa.bindparam(f"g{i}", type_=t.jobs.c.group_key.type)
         parts.append(sa.select(sa.literal(0), sa.literal(i),
-                               _group_probe(t, key).scalar_subquery(), none, none))
-        head = runnable_head(t, now, key, types, cap).subquery()
+                               _group_probe(t, key, types).scalar_subquery(), none, none))
+        head = _by_type(runnable_head(t, now, key, types, cap), t, types).subquery()
         parts.append(
             sa.select(sa.literal(1), sa.literal(i), none, sa.func.count(),
                       sa.func.max(head.c.weight)).select_from(head)
@@ -123,7 +155,7 @@ class MySQLDialect(Dialect):
         super().__init__(server_version)
         self.is_mariadb = is_mariadb
         # jobs table -> the groups with ready rows that the last skip scan found.
-        self._known_groups: dict[str, tuple[str, ...]] = {}
+        self._known_groups: dict[tuple[str, str | None], tuple[str, ...]] = {}
 
     @property
     def flavour(self) -> str:
@@ -148,18 +180,24 @@ class MySQLDialect(Dialect):
         args = getattr(driver_error(exc), "args", ())
         return args[0] if args and isinstance(args[0], int) else None
 
-    def ready_groups(self, conn: Connection, t: Tables) -> list[str]:
+    def ready_groups(
+        self, conn: Connection, t: Tables, types: Sequence[str] | None = None
+    ) -> list[str]:
         """The skip scan as a loop of ``ORDER BY group_key LIMIT 1`` probes.
 
         Inside a recursive CTE MariaDB probes the index by ``state`` alone and filters
-        ``group_key > k`` row by row; a plain query uses the (state, group_key) range.
-        The groups found are remembered for :meth:`ready_counts`.
+        ``group_key > k`` row by row; a plain query uses the (state, group_key) range
+        (or, for a worker of one type, the (ready_type, group_key) range). The groups
+        found are remembered for :meth:`ready_counts`.
         """
         j = t.jobs
-        first = self.cached(("ready_group_first", j.name), lambda: _group_probe(t, None))
+        only = single_type(types)
+        first = self.cached(
+            ("ready_group_first", j.name, only), lambda: _group_probe(t, None, types)
+        )
         step = self.cached(
-            ("ready_group_next", j.name),
-            lambda: _group_probe(t, sa.bindparam("after", type_=sa.String)),
+            ("ready_group_next", j.name, only),
+            lambda: _group_probe(t, sa.bindparam("after", type_=sa.String), types),
         )
         keys: list[str] = []
         while True:
@@ -168,9 +206,14 @@ class MySQLDialect(Dialect):
             else:
                 key = conn.execute(first).scalar()
             if key is None:
-                self._known_groups[j.name] = tuple(keys)
+                self._known_groups[(j.name, only)] = tuple(keys)
                 return keys
             keys.append(key)
+
+    def by_type(
+        self, stmt: sa.Select[Any], t: Tables, types: Sequence[str] | None
+    ) -> sa.Select[Any]:
+        return _by_type(stmt, t, types)
 
     def in_flight_counts(self, t: Tables) -> sa.Select[Any]:
         """The in-flight count, held to the (state, lease_expires) index.
@@ -222,7 +265,8 @@ class MySQLDialect(Dialect):
         groups) returns None: the caller then takes the loop of probes, which learns the
         new set.
         """
-        known = self._known_groups.get(t.jobs.name)
+        only = single_type(types)
+        known = self._known_groups.get((t.jobs.name, only))
         if known is None or len(known) > KNOWN_GROUPS_MAX:
             return None
         n = len(known)
@@ -252,7 +296,7 @@ class MySQLDialect(Dialect):
             walked.append(key)
             key = after[key]
         if len(walked) != n:
-            self._known_groups[t.jobs.name] = tuple(walked)
+            self._known_groups[(t.jobs.name, only)] = tuple(walked)
         return {k: counts[k] for k in walked if k in counts}
 
     def now(self) -> sa.ColumnElement[float]:
@@ -268,11 +312,15 @@ class MySQLDialect(Dialect):
         Built once per shape; group and limit are bound (``req.params()``)."""
         return self.cached(
             ("claim_select", t.jobs.name, req.shape()),
-            lambda: sa.select(*claim_columns(t))
-            .where(runnable(t, now, group=GROUP, types=req.types))
-            .order_by(*claim_order(t))
-            .limit(LIMIT)
-            .with_for_update(skip_locked=True),
+            lambda: _by_type(
+                sa.select(*claim_columns(t))
+                .where(runnable(t, now, group=GROUP, types=req.types))
+                .order_by(*claim_order(t))
+                .limit(LIMIT)
+                .with_for_update(skip_locked=True),
+                t,
+                req.types,
+            ),
         )
 
     def claim(
@@ -300,7 +348,9 @@ class MySQLDialect(Dialect):
 
         def build() -> sa.CompoundSelect:
             heads = group_heads(t, now, first.types, n, *claim_columns(t))
-            return sa.union_all(*(h.with_for_update(skip_locked=True) for h in heads))
+            return sa.union_all(
+                *(_by_type(h, t, first.types).with_for_update(skip_locked=True) for h in heads)
+            )
 
         select = self.cached(("claim_union", t.jobs.name, first.shape(), n), build)
         rows = conn.execute(select, group_head_params(requests)).all()

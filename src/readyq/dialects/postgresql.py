@@ -387,7 +387,7 @@ class PostgresDialect(Dialect):
         It runs before the gate lock, so the other claims do not wait for it."""
 
         def build() -> sa.Select[Any]:
-            walk = ready_group_walk(t)
+            walk = ready_group_walk(t, types)
             cap_param = sa.bindparam("cap", type_=sa.Integer)
             head = (
                 runnable_head(t, now, walk.c.k, types, cap_param)

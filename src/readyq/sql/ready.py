@@ -40,17 +40,40 @@ def runnable(
     group: str | sa.ColumnElement[str] | None = None,
     types: Sequence[str] | None = None,
 ) -> sa.ColumnElement[bool]:
-    """WHERE clause of the jobs a worker may claim now (reads the ready index only)."""
+    """WHERE clause of the jobs a worker may claim now (reads the ready index only).
+
+    For a worker of one type the terms are those of the index of ready jobs by type
+    (:func:`ready_of_type`), which holds each group's rows of that type in claim order;
+    for several types, the index by group, filtered by type."""
     j = t.jobs
+    only = single_type(types)
     conds: list[sa.ColumnElement[bool]] = [
-        state_in(t, "ready"),
+        state_in(t, "ready") if only is None else ready_of_type(t, only),
         sa.or_(j.c.run_after.is_(None), j.c.run_after <= now),
     ]
     if group is not None:
         conds.append(j.c.group_key == group)
-    if types is not None:
+    if types is not None and only is None:
         conds.append(values_in(j.c.type, types))
     return sa.and_(*conds)
+
+
+def single_type(types: Sequence[str] | None) -> str | None:
+    """The type of a worker that runs exactly one, else None."""
+    return types[0] if types is not None and len(types) == 1 else None
+
+
+def ready_of_type(t: Tables, type_: str) -> sa.ColumnElement[bool]:
+    """Ready jobs of one type, in the terms of the index of ready jobs by type: the
+    generated column ``ready_type`` on MySQL and MariaDB (which has no partial indexes,
+    and whose other ready index begins with ``state``), ``state = 'ready' AND type = ?``
+    elsewhere. That index holds (type, group, claim order): a group's jobs of the type
+    are read in the order they are claimed, without stepping over other types' jobs."""
+    j = t.jobs
+    value = sa.bindparam(None, type_, type_=j.c.type.type)
+    if "ready_type" in j.c:
+        return j.c.ready_type == value
+    return sa.and_(state_in(t, "ready"), j.c.type == value)
 
 
 def values_in(column: sa.ColumnElement[str], values: Sequence[str]) -> sa.ColumnElement[bool]:
@@ -69,20 +92,24 @@ def claim_order(t: Tables) -> tuple[sa.ColumnElement[object], ...]:
     return (t.jobs.c.priority.desc(), t.jobs.c.id)
 
 
-def ready_group_walk(t: Tables) -> sa.CTE:
+def ready_group_walk(t: Tables, types: Sequence[str] | None = None) -> sa.CTE:
     """Recursive CTE ``(k)``: the groups that have ready rows, one index probe each (a
     skip scan of the ready index), ending with a NULL row; filter ``k IS NOT NULL``.
 
     Each probe is the first key in index order (``ORDER BY group_key LIMIT 1``), not
     ``min(group_key)``: a planner whose statistics say the ready rows are few may compute
     a ``min()`` by aggregating the whole range, every ready row, where ``LIMIT 1`` in
-    the index's order can only stop at the first."""
+    the index's order can only stop at the first. For a worker of one type the walk
+    steps through the index of ready jobs by type, and finds only the groups that have
+    jobs of that type ready."""
     j = t.jobs
+    only = single_type(types)
+    ready = state_in(t, "ready") if only is None else ready_of_type(t, only)
 
     def first(*conds: sa.ColumnElement[bool]) -> sa.ScalarSelect[Any]:
         return (
             sa.select(j.c.group_key)
-            .where(state_in(t, "ready"), *conds)
+            .where(ready, *conds)
             .order_by(j.c.group_key)
             .limit(1)
             .scalar_subquery()
