@@ -32,7 +32,9 @@ the machine is shared and noisy: compare the ratios, not the absolute numbers.
   one that also holds ``--done-rows`` finished jobs and ``--waiting-rows`` jobs waiting
   on an unfinished upstream job, the two measured in alternation; likewise the claimed
   jobs' start, a heartbeat, their hand-back, and a worker's idle check (whether its
-  types still have unfinished jobs).
+  types still have unfinished jobs). A third table holds ``--other-ready`` (50,000)
+  ready jobs of a type the measured worker does not run, ahead of its own jobs in the
+  same groups.
 * Enqueue: ``enqueue_many`` of 20,000 jobs with dependencies (one transaction) and
   single ``enqueue`` calls.
 * Memory: a worker's RSS growth while it runs ``--memory-jobs`` jobs (SQLite).
@@ -374,18 +376,33 @@ def bulk_rows(queue: readyq.Queue, kind: str, done: int, waiting: int) -> None:
         conn.commit()
 
 
+def fill_other_type(queue: readyq.Queue, jobs: int) -> None:
+    """``jobs`` ready jobs of a type the measured worker does not run, in the same groups
+    as its own and ahead of them in claim order (enqueued first)."""
+    groups = list(GROUPS)
+    for start in range(0, jobs, 20_000):
+        queue.enqueue_many([
+            JobSpec("bulk", {}, group=(g := groups[i % len(groups)]), weight=GROUPS[g])
+            for i in range(start, min(jobs, start + 20_000))
+        ])
+
+
 def scan_flatness(
-    kind: str, base_url: str, done: int, waiting: int, samples: int = 60
-) -> tuple[dict[str, float], dict[str, float]]:
-    """Median time of each operation on a small table and on a full one: two databases,
-    measured in alternation, 10 samples at a time, so that a machine whose speed drifts
-    (or a server still busy writing out the full table) weighs on both alike."""
+    kind: str, base_url: str, done: int, waiting: int, other: int, samples: int = 60
+) -> tuple[dict[str, float], dict[str, float], dict[str, float]]:
+    """Median time of each operation on a small table, on a full one and on one with a
+    backlog of another type: three databases, measured in alternation, 10 samples at a
+    time, so that a machine whose speed drifts (or a server still busy writing out the
+    full table) weighs on all alike."""
     queues = []
-    for name, full in (("bench_scan_empty", False), ("bench_scan_full", True)):
+    for name, table in (("bench_scan_empty", "empty"), ("bench_scan_full", "full"),
+                        ("bench_scan_mixed", "mixed")):
         queue = readyq.Queue(fresh_database(kind, base_url, name))
         queue.create_schema()
+        if table == "mixed":
+            fill_other_type(queue, other)
         fill_noop(queue, 200)
-        if full:
+        if table == "full":
             bulk_rows(queue, kind, done, waiting)
         queues.append(queue)
     times: list[dict[str, list[float]]] = [{op: [] for op in OPERATIONS} for _ in queues]
@@ -394,8 +411,8 @@ def scan_flatness(
             operation_times(queue, 10, into)
     for queue in queues:
         queue.close()
-    empty, full = ({op: statistics.median(ts) for op, ts in t.items()} for t in times)
-    return empty, full
+    empty, full, mixed = ({op: statistics.median(ts) for op, ts in t.items()} for t in times)
+    return empty, full, mixed
 
 
 # -- enqueue -----------------------------------------------------------------------------
@@ -477,6 +494,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--batch", type=int, default=100, help="readyq jobs per process at once")
     ap.add_argument("--done-rows", type=int, default=1_000_000)
     ap.add_argument("--waiting-rows", type=int, default=100_000)
+    ap.add_argument("--other-ready", type=int, default=50_000,
+                    help="ready jobs of another type in the scan section's third table")
     ap.add_argument("--memory-jobs", type=int, default=200_000)
     ap.add_argument("--deep-jobs", type=int, default=100_000,
                     help="jobs in the deep-backlog drain (1 process, one run each)")
@@ -488,6 +507,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.quick:
         args.jobs, args.repeat = 5_000, 1
         args.done_rows, args.waiting_rows, args.memory_jobs = 200_000, 20_000, 50_000
+        args.other_ready = 20_000
         args.deep_jobs = 30_000
     dbs = [("postgresql", args.pg_url), ("sqlite", ""), ("mariadb", args.mariadb_url)]
     started = time.monotonic()
@@ -656,16 +676,21 @@ def main(argv: list[str] | None = None) -> int:
             bulk, single = enqueue_rates(kind, url)
             print(f"  {kind:10} {bulk:9,.0f} jobs/s bulk   {single:7,.0f} jobs/s single")
     if "scan" not in args.skip:
-        print(f"\nscan flatness: each step's median of 60, on a table with 200 jobs and on "
+        print(f"\nscan flatness: each step's median of 60, on a table with 200 jobs, on "
               f"one with +{args.done_rows:,} done rows, +{args.waiting_rows:,} waiting rows, "
-              f"measured in alternation (claim: one transaction that takes 10 jobs; idle "
-              f"check: whether a type still has unfinished jobs)")
+              f"and on one with +{args.other_ready:,} ready jobs of another type ahead of "
+              f"the 200 in the same groups, measured in alternation (claim: one transaction "
+              f"that takes 10 jobs; idle check: whether a type still has unfinished jobs)")
         for kind, url in dbs:
-            empty, full = scan_flatness(kind, url, args.done_rows, args.waiting_rows)
+            empty, full, mixed = scan_flatness(
+                kind, url, args.done_rows, args.waiting_rows, args.other_ready
+            )
             for i, op in enumerate(OPERATIONS):
                 name = kind if i == 0 else ""
                 print(f"  {name:10} {op:10} empty {empty[op] * 1000:6.2f} ms   "
-                      f"full {full[op] * 1000:6.2f} ms   ratio {full[op] / empty[op]:.2f}")
+                      f"full {full[op] * 1000:6.2f} ms   ratio {full[op] / empty[op]:.2f}   "
+                      f"other type {mixed[op] * 1000:6.2f} ms   ratio "
+                      f"{mixed[op] / empty[op]:.2f}")
     if "memory" not in args.skip:
         first, peak = memory_growth(args.memory_jobs)
         print(f"\nmemory: worker RSS over {args.memory_jobs:,} jobs (SQLite): "

@@ -155,6 +155,8 @@ class Tables:
     gate: sa.Table
     rate_limits: sa.Table
     rate_slots: sa.Table
+    # SQLAlchemy's dialect name the tables were built for (None: portable definitions).
+    dialect: str | None = None
 
 
 def build_tables(prefix: str = DEFAULT_PREFIX, dialect: str | None = None) -> Tables:
@@ -359,4 +361,5 @@ def build_tables(prefix: str = DEFAULT_PREFIX, dialect: str | None = None) -> Ta
         gate=gate,
         rate_limits=rate_limits,
         rate_slots=rate_slots,
+        dialect=dialect,
     )

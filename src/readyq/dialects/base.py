@@ -475,7 +475,7 @@ def group_heads(
                 types=types,
             )
         )
-        .order_by(*claim_order(t))
+        .order_by(*claim_order(t, types))
         .limit(sa.bindparam(f"c_n{i}", type_=sa.Integer))
         for i in range(n)
     ]

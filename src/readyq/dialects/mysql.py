@@ -315,7 +315,7 @@ class MySQLDialect(Dialect):
             lambda: _by_type(
                 sa.select(*claim_columns(t))
                 .where(runnable(t, now, group=GROUP, types=req.types))
-                .order_by(*claim_order(t))
+                .order_by(*claim_order(t, req.types))
                 .limit(LIMIT)
                 .with_for_update(skip_locked=True),
                 t,

@@ -351,7 +351,7 @@ class PostgresDialect(Dialect):
             chosen = (
                 sa.select(j.c.id)
                 .where(runnable(t, now, group=GROUP, types=req.types))
-                .order_by(*claim_order(t))
+                .order_by(*claim_order(t, req.types))
                 .limit(LIMIT)
                 .with_for_update(skip_locked=True)
                 .cte("claimable")
@@ -463,7 +463,7 @@ class PostgresDialect(Dialect):
             head = (
                 sa.select(j.c.id)
                 .where(runnable(t, now, group=picks.c.g, types=first.types))
-                .order_by(*claim_order(t))
+                .order_by(*claim_order(t, first.types))
                 .limit(picks.c.n)
                 .with_for_update(skip_locked=True)
                 .correlate(picks)

@@ -210,7 +210,7 @@ class SQLiteDialect(Dialect):
             chosen = (
                 sa.select(j.c.id)
                 .where(runnable(t, now, group=GROUP, types=req.types))
-                .order_by(*claim_order(t))
+                .order_by(*claim_order(t, req.types))
                 .limit(LIMIT)
                 .scalar_subquery()
             )

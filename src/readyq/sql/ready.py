@@ -15,6 +15,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import sqlalchemy as sa
+from sqlalchemy.dialects import postgresql
 
 from readyq.schema import Tables
 
@@ -66,14 +67,33 @@ def single_type(types: Sequence[str] | None) -> str | None:
 def ready_of_type(t: Tables, type_: str) -> sa.ColumnElement[bool]:
     """Ready jobs of one type, in the terms of the index of ready jobs by type: the
     generated column ``ready_type`` on MySQL and MariaDB (which has no partial indexes,
-    and whose other ready index begins with ``state``), ``state = 'ready' AND type = ?``
+    and whose other ready index begins with ``state``), ``state = 'ready'`` and the type
     elsewhere. That index holds (type, group, claim order): a group's jobs of the type
-    are read in the order they are claimed, without stepping over other types' jobs."""
+    are read in the order they are claimed, without stepping over other types' jobs.
+
+    On PostgreSQL the type is tested as ``type = ANY(ARRAY[?])`` and the reads order by
+    the type first (:func:`claim_order`, :func:`ready_group_walk`). With an equality the
+    planner drops the type from the order (a constant), and the index by group then
+    gives the same order; without statistics (a table autovacuum has not analyzed yet)
+    both look alike and it may take that one, stepping over every ready job of other
+    types. An array is no constant to the planner: ordered by the type first, only the
+    index by type gives the order, and claim transactions price sorts out
+    (``pin_index_order``)."""
     j = t.jobs
     value = sa.bindparam(None, type_, type_=j.c.type.type)
     if "ready_type" in j.c:
         return j.c.ready_type == value
+    if t.dialect == "postgresql":
+        return sa.and_(state_in(t, "ready"), j.c.type == sa.any_(postgresql.array([value])))
     return sa.and_(state_in(t, "ready"), j.c.type == value)
+
+
+def type_first(t: Tables, types: Sequence[str] | None) -> tuple[sa.ColumnElement[Any], ...]:
+    """The type as the first sort key of a read of one type's ready jobs, on PostgreSQL
+    (see :func:`ready_of_type`); nothing elsewhere."""
+    if t.dialect == "postgresql" and single_type(types) is not None:
+        return (t.jobs.c.type,)
+    return ()
 
 
 def values_in(column: sa.ColumnElement[str], values: Sequence[str]) -> sa.ColumnElement[bool]:
@@ -87,9 +107,13 @@ def values_in(column: sa.ColumnElement[str], values: Sequence[str]) -> sa.Column
     return column.in_([sa.bindparam(None, value, type_=column.type) for value in values])
 
 
-def claim_order(t: Tables) -> tuple[sa.ColumnElement[object], ...]:
-    """Higher priority first, then first in, first out."""
-    return (t.jobs.c.priority.desc(), t.jobs.c.id)
+def claim_order(
+    t: Tables, types: Sequence[str] | None = None
+) -> tuple[sa.ColumnElement[object], ...]:
+    """Higher priority first, then first in, first out (for a worker of one type on
+    PostgreSQL, after the type, which is the same for every row: see
+    :func:`ready_of_type`)."""
+    return (*type_first(t, types), t.jobs.c.priority.desc(), t.jobs.c.id)
 
 
 def ready_group_walk(t: Tables, types: Sequence[str] | None = None) -> sa.CTE:
@@ -110,7 +134,7 @@ def ready_group_walk(t: Tables, types: Sequence[str] | None = None) -> sa.CTE:
         return (
             sa.select(j.c.group_key)
             .where(ready, *conds)
-            .order_by(j.c.group_key)
+            .order_by(*type_first(t, types), j.c.group_key)
             .limit(1)
             .scalar_subquery()
         )
@@ -133,7 +157,7 @@ def runnable_head(
     return (
         sa.select(j.c.weight)
         .where(runnable(t, now, group=group, types=types))
-        .order_by(*claim_order(t))
+        .order_by(*claim_order(t, types))
         .limit(limit)
     )
 
