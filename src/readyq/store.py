@@ -354,9 +354,16 @@ class Store:
                           attempt)
                 time.sleep(delay)
 
-    def read(self, unit: Callable[[Connection], T]) -> T:
-        """Run a read-only unit (retried like writes)."""
+    def read(self, unit: Callable[[Connection], T], *, single: bool = False) -> T:
+        """Run a read-only unit (retried like writes).
+
+        ``single`` says the unit runs one statement, which needs no transaction around
+        it: where the dialect allows (``Dialect.autocommit_reads``), it then runs in
+        autocommit, without the BEGIN and COMMIT round trips. An idle worker asks two
+        such questions at every tick (is a job runnable, is a lease due for reclaim).
+        """
         engine, dialect = self._ensure()
+        autocommit = single and dialect.autocommit_reads
         attempt = 0
         while True:
             connected = False
@@ -364,6 +371,9 @@ class Store:
                 with engine.connect() as conn:
                     connected = True
                     try:
+                        if autocommit:
+                            conn.execution_options(isolation_level="AUTOCOMMIT")
+                            return unit(conn)
                         out = unit(conn)
                         # COMMIT, not ROLLBACK: ending a read-only transaction costs the
                         # same, and psycopg drops its prepared statements on a ROLLBACK.
@@ -1163,7 +1173,9 @@ class Store:
                 self.dialect.pin_index_order(conn)
             return conn.execute(stmt).first() is not None
 
-        return self.read(unit)
+        # The typed probe is one statement; the untyped one pins the index order for the
+        # rest of its transaction first.
+        return self.read(unit, single=types is not None)
 
     def _claim(
         self,
@@ -1692,7 +1704,7 @@ class Store:
             .limit(1),
         )
         # A plain read first: most ticks find nothing, and then take no write lock.
-        if self.read(lambda conn: conn.execute(due).first()) is None:
+        if self.read(lambda conn: conn.execute(due).first(), single=True) is None:
             return ReclaimResult()
         result = self.write(lambda conn: self._reclaim(conn, limit), what="reclaim")
         # Logged once committed: a unit that is retried must not log twice.
@@ -1901,7 +1913,7 @@ class Store:
         stmt = self.dialect.cached(
             ("has_unfinished", j.name, None if types is None else tuple(types)), build
         )
-        return self.read(lambda conn: bool(conn.execute(stmt).scalar()))
+        return self.read(lambda conn: bool(conn.execute(stmt).scalar()), single=True)
 
     def counts(self) -> dict[str, int]:
         """Number of jobs per state."""

@@ -67,7 +67,8 @@ class _BoundStore(Store):
             return super().write(unit, connection=connection, idempotent=idempotent, what=what)
         return await_only(self._outer.write(unit, idempotent=idempotent, what=what))
 
-    def read(self, unit: Callable[[Connection], T]) -> T:
+    def read(self, unit: Callable[[Connection], T], *, single: bool = False) -> T:
+        # The async engine's reads keep their transaction (``single`` is a hint only).
         return await_only(self._outer.read(unit))
 
 

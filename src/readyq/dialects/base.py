@@ -128,6 +128,11 @@ class Dialect(ABC):
     def begin_write(self, conn: Connection) -> None:  # noqa: B027 - autobegin suffices
         """Start a write transaction on ``conn`` (SQLAlchemy autobegins by default)."""
 
+    # Whether a read of one statement may run in autocommit (``Store.read``). Only where
+    # switching costs no round trip: psycopg sets autocommit on the client side, PyMySQL
+    # sends a SET for it, and SQLite's reads are in-process anyway.
+    autocommit_reads: ClassVar[bool] = False
+
     def pin_index_order(self, conn: Connection) -> None:  # noqa: B027 - most need nothing
         """Keep the rest of ``conn``'s transaction reading the ready index in its order.
 

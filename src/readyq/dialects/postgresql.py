@@ -58,6 +58,7 @@ class PostgresDialect(Dialect):
     capabilities: ClassVar[Capabilities] = Capabilities(
         skip_locked=True, returning=True, partial_index=True, listen_notify=True, row_locks=True
     )
+    autocommit_reads: ClassVar[bool] = True
     # serialization_failure, deadlock_detected, lock_not_available, admin/crash shutdown,
     # cannot_connect_now (server starting up).
     retryable_codes: ClassVar[frozenset[object]] = frozenset(
