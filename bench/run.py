@@ -88,9 +88,10 @@ def fresh_database(kind: str, base_url: str, name: str) -> str:
     return sa.make_url(base_url).set(database=name).render_as_string(hide_password=False)
 
 
-def fill_noop(queue: readyq.Queue, jobs: int) -> None:
+def fill_noop(queue: readyq.Queue, jobs: int, type_: str = "noop") -> None:
+    """``jobs`` ready jobs of ``type_``, dealt round the weighted groups."""
     specs = [
-        JobSpec("noop", {"i": i}, group=g, weight=GROUPS[g])
+        JobSpec(type_, {"i": i}, group=g, weight=GROUPS[g])
         for i, g in zip(range(jobs), list(GROUPS) * (jobs // len(GROUPS) + 1), strict=False)
     ]
     for start in range(0, jobs, 20_000):
@@ -376,17 +377,6 @@ def bulk_rows(queue: readyq.Queue, kind: str, done: int, waiting: int) -> None:
         conn.commit()
 
 
-def fill_other_type(queue: readyq.Queue, jobs: int) -> None:
-    """``jobs`` ready jobs of a type the measured worker does not run, in the same groups
-    as its own and ahead of them in claim order (enqueued first)."""
-    groups = list(GROUPS)
-    for start in range(0, jobs, 20_000):
-        queue.enqueue_many([
-            JobSpec("bulk", {}, group=(g := groups[i % len(groups)]), weight=GROUPS[g])
-            for i in range(start, min(jobs, start + 20_000))
-        ])
-
-
 def scan_flatness(
     kind: str, base_url: str, done: int, waiting: int, other: int, samples: int = 60
 ) -> tuple[dict[str, float], dict[str, float], dict[str, float]]:
@@ -400,7 +390,9 @@ def scan_flatness(
         queue = readyq.Queue(fresh_database(kind, base_url, name))
         queue.create_schema()
         if table == "mixed":
-            fill_other_type(queue, other)
+            # Ready jobs of a type the measured worker does not run, in the same groups
+            # and ahead of its own in claim order (enqueued first).
+            fill_noop(queue, other, type_="bulk")
         fill_noop(queue, 200)
         if table == "full":
             bulk_rows(queue, kind, done, waiting)

@@ -147,6 +147,13 @@ def test_a_worker_tick_reads_jobs_through_indexes(
     assert not problems, "full scans of readyq_jobs:\n" + "\n\n".join(problems)
 
 
+def explain_custom(conn: sa.Connection, sql: str, params: Any) -> list[str]:
+    """EXPLAIN (ANALYZE, BUFFERS) of ``sql`` planned for the parameters at hand, as a
+    statement's first executions are."""
+    return [r[0] for r in conn.exec_driver_sql(
+        "EXPLAIN (ANALYZE, BUFFERS, FORMAT TEXT) " + sql, params)]
+
+
 def plan_buffers(plan: list[str]) -> int:
     """Shared buffers (hit or read) on the top line of an EXPLAIN (ANALYZE, BUFFERS)."""
     top = next(line for line in plan if "Buffers:" in line)
@@ -178,8 +185,7 @@ def snapshot_buffers(queue: readyq.Queue) -> int:
         sa.event.remove(queue.engine, "before_cursor_execute", record)
     ((sql, params),) = captured
     with queue.engine.connect() as conn:
-        plan = [r[0] for r in conn.exec_driver_sql(
-            "EXPLAIN (ANALYZE, BUFFERS, FORMAT TEXT) " + sql, params)]
+        plan = explain_custom(conn, sql, params)
     return plan_buffers(plan)
 
 
@@ -238,8 +244,7 @@ def finish_reads(queue: readyq.Queue, dialect: str) -> int:
     # The jobs are done now: the statement matches nothing, but reads what it read.
     with queue.engine.connect() as conn:
         if dialect == "postgresql":
-            plan = [r[0] for r in conn.exec_driver_sql(
-                "EXPLAIN (ANALYZE, BUFFERS, FORMAT TEXT) " + sql, params)]
+            plan = explain_custom(conn, sql, params)
             conn.rollback()
             return plan_buffers(plan)
 
@@ -321,11 +326,8 @@ def claim_reads(
         before = handler_reads(conn) if dialect == "mariadb" else 0
         for sql, params in captured:
             if dialect == "postgresql" and sql.lstrip().upper().startswith(("SELECT", "WITH")):
-                reads += plan_buffers(
-                    [r[0] for r in conn.exec_driver_sql(
-                        "EXPLAIN (ANALYZE, BUFFERS, FORMAT TEXT) " + sql, params)]
-                    if custom else explain_generic(conn, sql, params)
-                )
+                explain = explain_custom if custom else explain_generic
+                reads += plan_buffers(explain(conn, sql, params))
             elif dialect == "sqlite":
                 # The claim's reads and its UPDATE of the jobs; the progress it recorded
                 # (groups, gate) is committed already and is not written twice.

@@ -20,7 +20,6 @@ from typing import Any, ClassVar, cast
 
 import sqlalchemy as sa
 from sqlalchemy.dialects.postgresql import ARRAY, JSONB
-from sqlalchemy.dialects.postgresql import array as pg_array
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.engine import Connection
 
@@ -46,6 +45,7 @@ from readyq.schema import (
     Tables,
 )
 from readyq.sql.ready import (
+    array_member,
     claim_order,
     ready_group_walk,
     runnable,
@@ -317,12 +317,10 @@ class PostgresDialect(Dialect):
     def types_in(
         self, column: sa.ColumnElement[str], types: Sequence[str]
     ) -> sa.ColumnElement[bool]:
-        """``column = ANY(ARRAY[...])``: PostgreSQL turns ``IN`` of one value into an
-        equality, and then a generic plan may answer ``min(type)`` with any row of a
-        scan it expects to match at once."""
-        return column == sa.any_(
-            pg_array([sa.bindparam(None, value, type_=column.type) for value in types])
-        )
+        """``column = ANY(ARRAY[...])`` (:func:`readyq.sql.ready.array_member`): with
+        ``IN`` of one value, an equality, a generic plan may answer ``min(type)`` with any
+        row of a scan it expects to match at once."""
+        return array_member(column, types)
 
     def pin_index_order(self, conn: Connection) -> None:
         """``SET LOCAL enable_sort = off`` for the rest of the transaction.

@@ -80,12 +80,22 @@ def ready_of_type(t: Tables, type_: str) -> sa.ColumnElement[bool]:
     index by type gives the order, and claim transactions price sorts out
     (``pin_index_order``)."""
     j = t.jobs
-    value = sa.bindparam(None, type_, type_=j.c.type.type)
     if "ready_type" in j.c:
-        return j.c.ready_type == value
+        return j.c.ready_type == sa.bindparam(None, type_, type_=j.c.type.type)
     if t.dialect == "postgresql":
-        return sa.and_(state_in(t, "ready"), j.c.type == sa.any_(postgresql.array([value])))
-    return sa.and_(state_in(t, "ready"), j.c.type == value)
+        return sa.and_(state_in(t, "ready"), array_member(j.c.type, [type_]))
+    return sa.and_(state_in(t, "ready"), j.c.type == sa.bindparam(None, type_, type_=j.c.type.type))
+
+
+def array_member(column: sa.ColumnElement[str], values: Sequence[str]) -> sa.ColumnElement[bool]:
+    """``column = ANY(ARRAY[:v1, :v2 ...])`` (PostgreSQL), one bound parameter per value.
+
+    Unlike ``IN`` of one value, which PostgreSQL turns into an equality, the planner
+    treats the array as no constant: the column is not dropped from a sort order, and a
+    generic plan does not take any row of a scan for the answer to a ``min()``."""
+    return column == sa.any_(
+        postgresql.array([sa.bindparam(None, value, type_=column.type) for value in values])
+    )
 
 
 def type_first(t: Tables, types: Sequence[str] | None) -> tuple[sa.ColumnElement[Any], ...]:
