@@ -25,15 +25,23 @@ def compiled(stmt: sa.ClauseElement, dialect: sa.Dialect) -> str:
     ("is_mariadb", "version"),
     [(False, (8, 0, 1)), (False, (8, 4, 3)), (True, (10, 6, 0)), (True, (10, 11, 19))],
 )
+@pytest.mark.parametrize("types", [["a"], ["a", "b"], [f"t{i}" for i in range(12)]])
 def test_mysql_claim_renders_an_exclusive_skip_locked_lock(
-    is_mariadb: bool, version: tuple[int, ...]
+    is_mariadb: bool, version: tuple[int, ...], types: list[str]
 ) -> None:
+    """Every read of the claim locks its rows, exclusively, skipping locked ones: the one
+    read of a worker of one type or of many, each type's read of a worker of a few (one
+    per type, in a UNION ALL of parenthesized reads)."""
     d = MySQLDialect(version, is_mariadb=is_mariadb)
     sa_dialect = mysql.dialect()
     sa_dialect.server_version_info = version
     sa_dialect.is_mariadb = is_mariadb
-    sql = compiled(d.claim_select(T, REQ, d.now()), sa_dialect)
-    assert sql.rstrip().endswith("FOR UPDATE SKIP LOCKED")
+    req = ClaimRequest(owner="w", group="g", limit=7, ttl=30.0, types=types)
+    sql = compiled(d.claim_select(T, req, d.now()), sa_dialect)
+    reads = 2 if len(types) == 2 else 1
+    assert sql.count("SELECT ") == reads
+    assert sql.count("FOR UPDATE SKIP LOCKED") == reads
+    assert sql.rstrip(" )").endswith("FOR UPDATE SKIP LOCKED")
     assert "LOCK IN SHARE MODE" not in sql
     assert "FOR SHARE" not in sql
 

@@ -19,12 +19,15 @@ from sqlalchemy.engine import Connection, Engine
 from readyq.model import IN_FLIGHT_STATES, ClaimedJob
 from readyq.schema import GATE_ID, Tables
 from readyq.sql.ready import (
+    Part,
+    by_type_key,
     claim_order,
     first_ready_type,
     in_flight_by_group,
-    ready_group_walk,
+    merged_head,
+    merged_types,
+    ready_group_keys,
     runnable,
-    single_type,
     values_in,
 )
 
@@ -161,7 +164,7 @@ class Dialect(ABC):
     ) -> sa.Select[Any]:
         """``stmt``, a read of ready jobs of ``types``, held to the index of ready jobs by
         type where the database needs telling (MySQL's ``FORCE INDEX``, for a worker of
-        one type)."""
+        one type or of a few)."""
         return stmt
 
     def lock_rows(self, stmt: sa.Select[Any]) -> sa.Select[Any]:
@@ -197,13 +200,10 @@ class Dialect(ABC):
         A recursive query steps from one group to the next, each step one index probe,
         so the cost follows the number of groups rather than the number of ready jobs.
         """
-        only = single_type(types)
-
-        def build() -> sa.Select[Any]:
-            walk = ready_group_walk(t, types)
-            return sa.select(walk.c.k).where(walk.c.k.is_not(None))
-
-        stmt = self.cached(("ready_groups", t.jobs.name, only), build)
+        stmt = self.cached(
+            ("ready_groups", t.jobs.name, by_type_key(types)),
+            lambda: ready_group_keys(t, types),
+        )
         return list(conn.execute(stmt).scalars())
 
     @abstractmethod
@@ -462,6 +462,30 @@ def claimed_from_row(row: Any, *, before_update: bool = False) -> ClaimedJob:
     )
 
 
+def claim_head(
+    t: Tables,
+    now: sa.ColumnElement[float],
+    group: str | sa.ColumnElement[str],
+    types: Sequence[str] | None,
+    limit: sa.ColumnElement[int],
+    *columns: sa.ColumnElement[Any],
+    part: Part = lambda stmt, type_: stmt,
+) -> sa.Select[Any]:
+    """``columns`` of a group's first ``limit`` runnable jobs of ``types``, in claim
+    order. For a worker of a few types, the merge of one read per type
+    (:func:`readyq.sql.ready.merged_head`), ``part`` applied to each read; otherwise one
+    read, which the caller completes (a row lock, an index hint)."""
+    many = merged_types(types)
+    if many is not None:
+        return merged_head(t, now, group, many, limit, *columns, part=part)
+    return (
+        sa.select(*columns)
+        .where(runnable(t, now, group=group, types=types))
+        .order_by(*claim_order(t, types))
+        .limit(limit)
+    )
+
+
 def group_heads(
     t: Tables,
     now: sa.ColumnElement[float],
@@ -473,15 +497,14 @@ def group_heads(
     ``i`` and its limit are bound as ``c_g{i}`` and ``c_n{i}`` (see
     :func:`group_head_params`)."""
     return [
-        sa.select(*columns)
-        .where(
-            runnable(
-                t, now, group=sa.bindparam(f"c_g{i}", type_=t.jobs.c.group_key.type),
-                types=types,
-            )
+        claim_head(
+            t,
+            now,
+            sa.bindparam(f"c_g{i}", type_=t.jobs.c.group_key.type),
+            types,
+            sa.bindparam(f"c_n{i}", type_=sa.Integer),
+            *columns,
         )
-        .order_by(*claim_order(t, types))
-        .limit(sa.bindparam(f"c_n{i}", type_=sa.Integer))
         for i in range(n)
     ]
 

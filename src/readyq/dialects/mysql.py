@@ -49,7 +49,9 @@ from readyq.errors import UnsupportedDatabase
 from readyq.model import ClaimedJob
 from readyq.schema import GATE_ID, Tables, in_flight_index_name, ready_type_index_name
 from readyq.sql.ready import (
+    by_type_key,
     claim_order,
+    merged_types,
     ready_of_type,
     runnable,
     runnable_head,
@@ -85,6 +87,18 @@ def _group_probe(
     """The first group with ready rows (after ``after``): one probe of the ready index,
     the index of ready jobs by type for a worker of one type."""
     j = t.jobs
+    many = merged_types(types)
+    if many is not None:
+        # The least of each type's first group (after ``after``).
+        firsts = [
+            sa.select(head.c.group_key)
+            for head in (
+                _group_probe(t, after, [type_]).subquery(f"rq_type{i}")
+                for i, type_ in enumerate(many)
+            )
+        ]
+        merged = sa.union_all(*firsts).subquery("rq_merged")
+        return sa.select(sa.func.min(merged.c.group_key))
     only = single_type(types)
     if only is None:
         stmt = sa.select(j.c.group_key).where(j.c.state == "ready")
@@ -102,13 +116,14 @@ def _group_probe(
 def _by_type(
     stmt: sa.Select[Any], t: Tables, types: Sequence[str] | None
 ) -> sa.Select[Any]:
-    """``FORCE INDEX`` of ready jobs by type on a read of one type's ready jobs.
+    """``FORCE INDEX`` of ready jobs by type on a read of the ready jobs of one type, or
+    of a few (:func:`readyq.sql.ready.merged_types`).
 
     The optimizer's statistics of the ``ready_type`` index may date from a time when the
     column was NULL on every row: it then takes a type's ready jobs for most of the
     table and reads the table whole and sorts it, where the index holds each group's
     jobs of the type in claim order."""
-    if single_type(types) is None:
+    if by_type_key(types) is None:
         return stmt
     return stmt.with_hint(t.jobs, f"FORCE INDEX ({ready_type_index_name(t.jobs.name)})")
 
@@ -138,6 +153,44 @@ def _counts_and_successors(
     return sa.union_all(*parts) if n else parts[0]
 
 
+def _type_heads(
+    t: Tables,
+    now: sa.ColumnElement[float],
+    group: sa.ColumnElement[str],
+    types: Sequence[str] | None,
+    limit: sa.ColumnElement[int],
+) -> list[sa.Select[Any]]:
+    """A group's first ``limit`` runnable jobs of each of a few types, one locking read
+    per type through the index of ready jobs by type, each row with its priority: the
+    claim's columns, then ``rq_priority``. :func:`_merge` keeps ``limit`` of them in
+    claim order; the others stay locked until the claim commits (every other claim
+    waits for the gate row meanwhile)."""
+    j = t.jobs
+    return [
+        _by_type(
+            sa.select(*claim_columns(t), j.c.priority.label("rq_priority"))
+            .where(runnable(t, now, group=group, types=[type_]))
+            .order_by(*claim_order(t, [type_]))
+            .limit(limit),
+            t,
+            [type_],
+        ).with_for_update(skip_locked=True)
+        for type_ in types or ()
+    ]
+
+
+def _merge(rows: Sequence[Any], limits: dict[str, int]) -> list[tuple[Any, ...]]:
+    """The rows of :func:`_type_heads` that a claim takes: per group, its limit of them
+    in claim order (higher priority first, then by id), without the priority."""
+    taken: dict[str, int] = {}
+    out: list[tuple[Any, ...]] = []
+    for row in sorted(rows, key=lambda r: (-r.rq_priority, r.id)):
+        if taken.get(row.group_key, 0) < limits[row.group_key]:
+            taken[row.group_key] = taken.get(row.group_key, 0) + 1
+            out.append(tuple(row)[:-1])
+    return out
+
+
 class MySQLDialect(Dialect):
     name: ClassVar[str] = "mysql"
     capabilities: ClassVar[Capabilities] = Capabilities(
@@ -155,7 +208,7 @@ class MySQLDialect(Dialect):
         super().__init__(server_version)
         self.is_mariadb = is_mariadb
         # jobs table -> the groups with ready rows that the last skip scan found.
-        self._known_groups: dict[tuple[str, str | None], tuple[str, ...]] = {}
+        self._known_groups: dict[tuple[str, tuple[str, ...] | None], tuple[str, ...]] = {}
 
     @property
     def flavour(self) -> str:
@@ -191,7 +244,7 @@ class MySQLDialect(Dialect):
         found are remembered for :meth:`ready_counts`.
         """
         j = t.jobs
-        only = single_type(types)
+        only = by_type_key(types)
         first = self.cached(
             ("ready_group_first", j.name, only), lambda: _group_probe(t, None, types)
         )
@@ -265,7 +318,7 @@ class MySQLDialect(Dialect):
         groups) returns None: the caller then takes the loop of probes, which learns the
         new set.
         """
-        only = single_type(types)
+        only = by_type_key(types)
         known = self._known_groups.get((t.jobs.name, only))
         if known is None or len(known) > KNOWN_GROUPS_MAX:
             return None
@@ -306,13 +359,17 @@ class MySQLDialect(Dialect):
 
     def claim_select(
         self, t: Tables, req: ClaimRequest, now: sa.ColumnElement[float]
-    ) -> sa.Select[Any]:
+    ) -> sa.Select[Any] | sa.CompoundSelect:
         """``SELECT ... LIMIT n FOR UPDATE SKIP LOCKED``: exclusive, never a shared lock.
 
-        Built once per shape; group and limit are bound (``req.params()``)."""
-        return self.cached(
-            ("claim_select", t.jobs.name, req.shape()),
-            lambda: _by_type(
+        For a worker of a few types, one such read per type (:func:`_type_heads`), to be
+        merged by :meth:`_merge`. Built once per shape; group and limit are bound
+        (``req.params()``)."""
+
+        def build() -> sa.Select[Any] | sa.CompoundSelect:
+            if merged_types(req.types) is not None:
+                return sa.union_all(*_type_heads(t, now, GROUP, req.types, LIMIT))
+            return _by_type(
                 sa.select(*claim_columns(t))
                 .where(runnable(t, now, group=GROUP, types=req.types))
                 .order_by(*claim_order(t, req.types))
@@ -320,13 +377,16 @@ class MySQLDialect(Dialect):
                 .with_for_update(skip_locked=True),
                 t,
                 req.types,
-            ),
-        )
+            )
+
+        return self.cached(("claim_select", t.jobs.name, req.shape()), build)
 
     def claim(
         self, conn: Connection, t: Tables, req: ClaimRequest, now: sa.ColumnElement[float]
     ) -> list[ClaimedJob]:
         rows = conn.execute(self.claim_select(t, req, now), req.params()).all()
+        if merged_types(req.types) is not None:
+            rows = _merge(rows, {req.group: req.limit})
         if not rows:
             return []
         return self._lease(conn, t, req, now, rows)
@@ -345,8 +405,22 @@ class MySQLDialect(Dialect):
             return self.claim(conn, t, requests[0], now)
         first = requests[0]
         n = len(requests)
+        merged = merged_types(first.types) is not None
 
         def build() -> sa.CompoundSelect:
+            if merged:
+                return sa.union_all(
+                    *(
+                        head
+                        for i in range(n)
+                        for head in _type_heads(
+                            t, now,
+                            sa.bindparam(f"c_g{i}", type_=t.jobs.c.group_key.type),
+                            first.types,
+                            sa.bindparam(f"c_n{i}", type_=sa.Integer),
+                        )
+                    )
+                )
             heads = group_heads(t, now, first.types, n, *claim_columns(t))
             return sa.union_all(
                 *(_by_type(h, t, first.types).with_for_update(skip_locked=True) for h in heads)
@@ -354,6 +428,8 @@ class MySQLDialect(Dialect):
 
         select = self.cached(("claim_union", t.jobs.name, first.shape(), n), build)
         rows = conn.execute(select, group_head_params(requests)).all()
+        if merged:
+            rows = _merge(rows, {r.group: r.limit for r in requests})
         if not rows:
             return []
         return self._lease(conn, t, first, now, rows)
@@ -364,7 +440,7 @@ class MySQLDialect(Dialect):
     ) -> list[ClaimedJob]:
         """Lease the rows a locking SELECT returned, by primary key."""
         j = t.jobs
-        ids = [row.id for row in rows]
+        ids = [row[0] for row in rows]
         update = self.cached(
             ("claim_update", j.name, req.shape()),
             lambda: sa.update(j)

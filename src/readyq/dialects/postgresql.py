@@ -30,6 +30,7 @@ from readyq.dialects.base import (
     ClaimRequest,
     Dialect,
     claim_columns,
+    claim_head,
     claimed_from_row,
     done_values,
     lease_values,
@@ -46,11 +47,33 @@ from readyq.schema import (
 )
 from readyq.sql.ready import (
     array_member,
-    claim_order,
+    merged_types,
+    ready_group_keys,
     ready_group_walk,
-    runnable,
     runnable_head,
 )
+
+
+def _locked_head(
+    t: Tables,
+    now: sa.ColumnElement[float],
+    group: str | sa.ColumnElement[str],
+    types: Sequence[str] | None,
+    limit: sa.ColumnElement[int],
+) -> sa.Select[Any]:
+    """The ids of a group's first ``limit`` runnable jobs, locked (``FOR UPDATE SKIP
+    LOCKED``). For a worker of a few types each type's read locks its own rows, as
+    ``FOR UPDATE`` cannot apply to a union: up to ``limit`` per type are locked and
+    ``limit`` of them merged. The others stay locked until the claim commits, while
+    every other claim waits for the gate row; a cancel or an admin write waits that
+    long for them."""
+    j = t.jobs
+    if merged_types(types) is not None:
+        return claim_head(
+            t, now, group, types, limit, j.c.id,
+            part=lambda stmt, type_: stmt.with_for_update(skip_locked=True),
+        )
+    return claim_head(t, now, group, types, limit, j.c.id).with_for_update(skip_locked=True)
 
 
 class PostgresDialect(Dialect):
@@ -333,9 +356,17 @@ class PostgresDialect(Dialect):
         backlog reads all of it at every claim. With sorting priced out, the ordered
         index scan, which stops at the rows asked for, is the cheapest plan whatever
         the estimate. The statements that follow in readyq's transactions sort nothing
-        an index or a hash cannot order or group. The setting ends with the transaction.
+        an index or a hash cannot order or group, but for the few rows of a worker of
+        several types, merged from one read per type (``merged_head``): their sort
+        carries the cost that prices sorts out, which would pass the threshold of JIT
+        compilation and spend about 300 ms compiling a claim that runs in one. So JIT is
+        off as well. The settings end with the transaction (``set_config(..., true)`` is
+        ``SET LOCAL``); both go in one statement, as the async driver prepares every
+        statement and a prepared statement holds one command.
         """
-        conn.exec_driver_sql("SET LOCAL enable_sort = off")
+        conn.exec_driver_sql(
+            "SELECT set_config('enable_sort', 'off', true), set_config('jit', 'off', true)"
+        )
 
     def claim_statement(
         self, t: Tables, req: ClaimRequest, now: sa.ColumnElement[float]
@@ -348,11 +379,7 @@ class PostgresDialect(Dialect):
         def build() -> sa.Update:
             j = t.jobs
             chosen = (
-                sa.select(j.c.id)
-                .where(runnable(t, now, group=GROUP, types=req.types))
-                .order_by(*claim_order(t, req.types))
-                .limit(LIMIT)
-                .with_for_update(skip_locked=True)
+                _locked_head(t, now, GROUP, req.types, LIMIT)
                 .cte("claimable")
                 .prefix_with("MATERIALIZED")
             )
@@ -386,8 +413,14 @@ class PostgresDialect(Dialect):
         It runs before the gate lock, so the other claims do not wait for it."""
 
         def build() -> sa.Select[Any]:
-            walk = ready_group_walk(t, types)
             cap_param = sa.bindparam("cap", type_=sa.Integer)
+            walk: sa.CTE | sa.Subquery
+            if merged_types(types) is None:
+                walk = ready_group_walk(t, types)
+                known = walk.c.k.is_not(None)
+            else:  # the groups of each type's walk, once each
+                walk = ready_group_keys(t, types).subquery("ready_groups")
+                known = sa.true()
             head = (
                 runnable_head(t, now, walk.c.k, types, cap_param)
                 .correlate(walk)
@@ -401,7 +434,7 @@ class PostgresDialect(Dialect):
             return (
                 sa.select(walk.c.k, counts.c.n, counts.c.w)
                 .select_from(walk.join(counts, sa.true()))
-                .where(walk.c.k.is_not(None), counts.c.n > 0)
+                .where(known, counts.c.n > 0)
             )
 
         key = ("ready_counts", t.jobs.name, None if types is None else tuple(types))
@@ -460,11 +493,7 @@ class PostgresDialect(Dialect):
                 .render_derived(name="picks")
             )
             head = (
-                sa.select(j.c.id)
-                .where(runnable(t, now, group=picks.c.g, types=first.types))
-                .order_by(*claim_order(t, first.types))
-                .limit(picks.c.n)
-                .with_for_update(skip_locked=True)
+                _locked_head(t, now, picks.c.g, first.types, picks.c.n)
                 .correlate(picks)
                 .lateral("head")
             )

@@ -40,6 +40,7 @@ from readyq.dialects.base import (
     ClaimRequest,
     Dialect,
     claim_columns,
+    claim_head,
     claimed_from_row,
     done_values,
     driver_error,
@@ -50,7 +51,6 @@ from readyq.dialects.base import (
 from readyq.errors import UnsupportedDatabase
 from readyq.model import ClaimedJob
 from readyq.schema import Tables
-from readyq.sql.ready import claim_order, runnable
 
 BUSY_TIMEOUT_MS = 5000
 # The pauses between tries of the write lock (see SQLiteDialect.begin_write), seconds.
@@ -207,13 +207,7 @@ class SQLiteDialect(Dialect):
 
         def build() -> sa.Update:
             j = t.jobs
-            chosen = (
-                sa.select(j.c.id)
-                .where(runnable(t, now, group=GROUP, types=req.types))
-                .order_by(*claim_order(t, req.types))
-                .limit(LIMIT)
-                .scalar_subquery()
-            )
+            chosen = claim_head(t, now, GROUP, req.types, LIMIT, j.c.id)
             return (
                 sa.update(j)
                 .where(j.c.id.in_(chosen))

@@ -50,7 +50,7 @@ def runnable(
     only = single_type(types)
     conds: list[sa.ColumnElement[bool]] = [
         state_in(t, "ready") if only is None else ready_of_type(t, only),
-        sa.or_(j.c.run_after.is_(None), j.c.run_after <= now),
+        run_after_passed(t, now),
     ]
     if group is not None:
         conds.append(j.c.group_key == group)
@@ -62,6 +62,75 @@ def runnable(
 def single_type(types: Sequence[str] | None) -> str | None:
     """The type of a worker that runs exactly one, else None."""
     return types[0] if types is not None and len(types) == 1 else None
+
+
+# A worker of up to this many types reads its ready jobs through the index of ready jobs
+# by type, one range per type (merged in claim order where the order matters); a worker
+# of more types, through the index by group, filtered by type.
+MERGED_TYPES_MAX = 8
+
+
+def merged_types(types: Sequence[str] | None) -> Sequence[str] | None:
+    """The types of a worker whose reads merge one range per type (two to
+    ``MERGED_TYPES_MAX`` types), else None."""
+    return types if types is not None and 1 < len(types) <= MERGED_TYPES_MAX else None
+
+
+def by_type_key(types: Sequence[str] | None) -> tuple[str, ...] | None:
+    """The types read through the index of ready jobs by type (one type, or the merged
+    ranges of a few), as a key of a cache of statements or groups; None for a worker
+    whose reads go through the index by group."""
+    if single_type(types) is not None or merged_types(types) is not None:
+        assert types is not None
+        return tuple(types)
+    return None
+
+
+# A one-type read of a merged read, before the merge: the dialect's additions to it (on
+# PostgreSQL, the claim's row lock).
+Part = Callable[[sa.Select[Any], str], sa.Select[Any]]
+
+
+def _as_is(stmt: sa.Select[Any], type_: str) -> sa.Select[Any]:
+    return stmt
+
+
+def merged_head(
+    t: Tables,
+    now: sa.ColumnElement[float],
+    group: str | sa.ColumnElement[str],
+    types: Sequence[str],
+    limit: sa.ColumnElement[int],
+    *columns: sa.ColumnElement[Any],
+    part: Part = _as_is,
+) -> sa.Select[Any]:
+    """``columns`` of a group's first ``limit`` runnable jobs of several types, in claim
+    order: the first ``limit`` of each type, read in the terms of the index of ready
+    jobs by type (:func:`ready_of_type`, in that type's claim order), then merged. Each
+    part reads at most ``limit`` entries, whatever the ready jobs of other types ahead of
+    them in the group. ``part`` adds the dialect's own clauses to each one-type read."""
+    j = t.jobs
+    keys = (j.c.priority.label("rq_priority"), j.c.id.label("rq_id"))
+    reads = []
+    for i, type_ in enumerate(types):
+        one = (
+            sa.select(*columns, *keys)
+            .where(runnable(t, now, group=group, types=[type_]))
+            .order_by(*claim_order(t, [type_]))
+            .limit(limit)
+            # A group (or limit) from an enclosing query (a LATERAL join) is that query's.
+            .correlate_except(j)
+        )
+        # Each read as a derived table: SQLite takes no ORDER BY or LIMIT on the members
+        # of a compound select, and a row lock must apply to the read, not the union.
+        head = part(one, type_).subquery(f"rq_type{i}")
+        reads.append(sa.select(*head.c))
+    merged = sa.union_all(*reads).subquery("rq_merged")
+    return (
+        sa.select(*(merged.c[c.name] for c in columns))
+        .order_by(merged.c.rq_priority.desc(), merged.c.rq_id)
+        .limit(limit)
+    )
 
 
 def ready_of_type(t: Tables, type_: str) -> sa.ColumnElement[bool]:
@@ -85,6 +154,23 @@ def ready_of_type(t: Tables, type_: str) -> sa.ColumnElement[bool]:
     if t.dialect == "postgresql":
         return sa.and_(state_in(t, "ready"), array_member(j.c.type, [type_]))
     return sa.and_(state_in(t, "ready"), j.c.type == sa.bindparam(None, type_, type_=j.c.type.type))
+
+
+def ready_of_types(t: Tables, types: Sequence[str]) -> sa.ColumnElement[bool]:
+    """Ready jobs of a few types, in the terms of the index of ready jobs by type: one
+    range of it per type (see :func:`ready_of_type`)."""
+    j = t.jobs
+    if "ready_type" in j.c:
+        return values_in(j.c.ready_type, types)
+    if t.dialect == "postgresql":
+        return sa.and_(state_in(t, "ready"), array_member(j.c.type, types))
+    return sa.and_(state_in(t, "ready"), values_in(j.c.type, types))
+
+
+def run_after_passed(t: Tables, now: sa.ColumnElement[float]) -> sa.ColumnElement[bool]:
+    """The job's ``run_after`` is unset or past."""
+    run_after = t.jobs.c.run_after
+    return sa.or_(run_after.is_(None), run_after <= now)
 
 
 def array_member(column: sa.ColumnElement[str], values: Sequence[str]) -> sa.ColumnElement[bool]:
@@ -126,7 +212,9 @@ def claim_order(
     return (*type_first(t, types), t.jobs.c.priority.desc(), t.jobs.c.id)
 
 
-def ready_group_walk(t: Tables, types: Sequence[str] | None = None) -> sa.CTE:
+def ready_group_walk(
+    t: Tables, types: Sequence[str] | None = None, *, name: str = "ready_groups"
+) -> sa.CTE:
     """Recursive CTE ``(k)``: the groups that have ready rows, one index probe each (a
     skip scan of the ready index), ending with a NULL row; filter ``k IS NOT NULL``.
 
@@ -149,9 +237,21 @@ def ready_group_walk(t: Tables, types: Sequence[str] | None = None) -> sa.CTE:
             .scalar_subquery()
         )
 
-    walk = sa.select(first().label("k")).cte("ready_groups", recursive=True)
+    walk = sa.select(first().label("k")).cte(name, recursive=True)
     step = sa.select(first(j.c.group_key > walk.c.k)).where(walk.c.k.is_not(None))
     return walk.union_all(step)
+
+
+def ready_group_keys(t: Tables, types: Sequence[str] | None = None) -> sa.Select[Any]:
+    """``(k)``: the groups that have ready rows of ``types``, once each. For a worker of a
+    few types (:func:`merged_types`), one walk per type (:func:`ready_group_walk`)
+    through the index of ready jobs by type, their groups united."""
+    many = merged_types(types)
+    if many is None:
+        walk = ready_group_walk(t, types)
+        return sa.select(walk.c.k).where(walk.c.k.is_not(None))
+    walks = [ready_group_walk(t, [type_], name=f"ready_groups{i}") for i, type_ in enumerate(many)]
+    return sa.union(*(sa.select(w.c.k).where(w.c.k.is_not(None)) for w in walks))
 
 
 def runnable_head(
@@ -160,10 +260,23 @@ def runnable_head(
     group: str | sa.ColumnElement[str],
     types: Sequence[str] | None,
     limit: sa.ColumnElement[int],
-) -> sa.Select[tuple[int]]:
+) -> sa.Select[Any]:
     """The weights of one group's first ``limit`` runnable jobs, in claim order: a group
-    is counted only up to the cap, so the count costs the cap, not the backlog."""
+    is counted only up to the cap, so the count costs the cap, not the backlog. (For a
+    worker of a few types, ``limit`` of them in any order.)"""
     j = t.jobs
+    many = merged_types(types)
+    if many is not None:
+        # A count needs no claim order: each type's range of the index by type, one
+        # after the other, read up to ``limit`` in all (ordered by the type on
+        # PostgreSQL, an order only that index gives: see ``ready_of_type``).
+        order = (j.c.type,) if t.dialect == "postgresql" else ()
+        return (
+            sa.select(j.c.weight)
+            .where(ready_of_types(t, many), run_after_passed(t, now), j.c.group_key == group)
+            .order_by(*order)
+            .limit(limit)
+        )
     return (
         sa.select(j.c.weight)
         .where(runnable(t, now, group=group, types=types))
