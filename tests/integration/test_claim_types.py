@@ -19,7 +19,10 @@ from readyq.sql.ready import MERGED_TYPES_MAX
 GROUPS = ("g1", "g2", "g3")
 
 
-def enqueue_mix(queue: readyq.Queue, types: list[str], rng: random.Random) -> dict[int, tuple[str, int, str, bool]]:
+Job = tuple[str, int, str, bool]
+
+
+def enqueue_mix(queue: readyq.Queue, types: list[str], rng: random.Random) -> dict[int, Job]:
     """Ready jobs of ``types`` and of a type no worker here runs, spread over the groups
     with random priorities, and a few of the worker's types delayed by an hour. Returns
     job id -> (group, priority, type, delayed)."""

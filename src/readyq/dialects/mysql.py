@@ -359,14 +359,14 @@ class MySQLDialect(Dialect):
 
     def claim_select(
         self, t: Tables, req: ClaimRequest, now: sa.ColumnElement[float]
-    ) -> sa.Select[Any] | sa.CompoundSelect:
+    ) -> sa.Select[Any] | sa.CompoundSelect[Any]:
         """``SELECT ... LIMIT n FOR UPDATE SKIP LOCKED``: exclusive, never a shared lock.
 
         For a worker of a few types, one such read per type (:func:`_type_heads`), to be
         merged by :meth:`_merge`. Built once per shape; group and limit are bound
         (``req.params()``)."""
 
-        def build() -> sa.Select[Any] | sa.CompoundSelect:
+        def build() -> sa.Select[Any] | sa.CompoundSelect[Any]:
             if merged_types(req.types) is not None:
                 return sa.union_all(*_type_heads(t, now, GROUP, req.types, LIMIT))
             return _by_type(
@@ -384,7 +384,7 @@ class MySQLDialect(Dialect):
     def claim(
         self, conn: Connection, t: Tables, req: ClaimRequest, now: sa.ColumnElement[float]
     ) -> list[ClaimedJob]:
-        rows = conn.execute(self.claim_select(t, req, now), req.params()).all()
+        rows: Sequence[Any] = conn.execute(self.claim_select(t, req, now), req.params()).all()
         if merged_types(req.types) is not None:
             rows = _merge(rows, {req.group: req.limit})
         if not rows:
@@ -427,7 +427,7 @@ class MySQLDialect(Dialect):
             )
 
         select = self.cached(("claim_union", t.jobs.name, first.shape(), n), build)
-        rows = conn.execute(select, group_head_params(requests)).all()
+        rows: Sequence[Any] = conn.execute(select, group_head_params(requests)).all()
         if merged:
             rows = _merge(rows, {r.group: r.limit for r in requests})
         if not rows:

@@ -415,6 +415,7 @@ class PostgresDialect(Dialect):
         def build() -> sa.Select[Any]:
             cap_param = sa.bindparam("cap", type_=sa.Integer)
             walk: sa.CTE | sa.Subquery
+            known: sa.ColumnElement[bool]
             if merged_types(types) is None:
                 walk = ready_group_walk(t, types)
                 known = walk.c.k.is_not(None)

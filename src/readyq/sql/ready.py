@@ -242,7 +242,9 @@ def ready_group_walk(
     return walk.union_all(step)
 
 
-def ready_group_keys(t: Tables, types: Sequence[str] | None = None) -> sa.Select[Any]:
+def ready_group_keys(
+    t: Tables, types: Sequence[str] | None = None
+) -> sa.Select[Any] | sa.CompoundSelect[Any]:
     """``(k)``: the groups that have ready rows of ``types``, once each. For a worker of a
     few types (:func:`merged_types`), one walk per type (:func:`ready_group_walk`)
     through the index of ready jobs by type, their groups united."""
