@@ -32,9 +32,9 @@ the machine is shared and noisy: compare the ratios, not the absolute numbers.
   one that also holds ``--done-rows`` finished jobs and ``--waiting-rows`` jobs waiting
   on an unfinished upstream job, the two measured in alternation; likewise the claimed
   jobs' start, a heartbeat, their hand-back, and a worker's idle check (whether its
-  types still have unfinished jobs). A third table holds ``--other-ready`` (50,000)
-  ready jobs of a type the measured worker does not run, ahead of its own jobs in the
-  same groups.
+  types still have unfinished jobs), and the claim of a worker of two types. A third
+  table holds ``--other-ready`` (50,000) ready jobs of a type the measured worker does
+  not run, ahead of its own jobs in the same groups.
 * Enqueue: ``enqueue_many`` of 20,000 jobs with dependencies (one transaction) and
   single ``enqueue`` calls.
 * Memory: a worker's RSS growth while it runs ``--memory-jobs`` jobs (SQLite).
@@ -291,7 +291,7 @@ def median_row(rows: list[Row]) -> Row:
 # -- scan flatness -----------------------------------------------------------------------
 
 
-OPERATIONS = ("claim", "start", "heartbeat", "hand-back", "idle check")
+OPERATIONS = ("claim", "start", "heartbeat", "hand-back", "idle check", "2-type claim")
 
 
 def operation_times(
@@ -301,7 +301,8 @@ def operation_times(
     table to ``times``: one claim transaction that takes 10 jobs, their start, a
     heartbeat, their hand-back, and the question a worker run with ``until_idle`` asks
     when a tick finds nothing (here for a type with no jobs at all, so that no probe
-    stops at a first match)."""
+    stops at a first match); then the claim of 10 jobs by a worker of two types (its
+    jobs' type and one with none), whose jobs are then handed back untimed."""
     store = queue._store
 
     def timed(op: str, fn: Callable[[], Any]) -> Any:
@@ -320,6 +321,10 @@ def operation_times(
         backs = [readyq.store.Outcome(job=c, kind="release") for c in claimed]
         timed("hand-back", lambda bs=backs: store.finish("bench", bs))
         timed("idle check", lambda: store.has_unfinished(["other"]))
+        claimed = timed("2-type claim", lambda: store.claim(
+            owner="bench", cap=10, limit=10, ttl=60.0, types=["noop", "other"]))
+        store.mark_running("bench", [(c, None, True) for c in claimed])
+        store.finish("bench", [readyq.store.Outcome(job=c, kind="release") for c in claimed])
 
 
 def bulk_rows(queue: readyq.Queue, kind: str, done: int, waiting: int) -> None:
@@ -672,14 +677,15 @@ def main(argv: list[str] | None = None) -> int:
               f"one with +{args.done_rows:,} done rows, +{args.waiting_rows:,} waiting rows, "
               f"and on one with +{args.other_ready:,} ready jobs of another type ahead of "
               f"the 200 in the same groups, measured in alternation (claim: one transaction "
-              f"that takes 10 jobs; idle check: whether a type still has unfinished jobs)")
+              f"that takes 10 jobs; idle check: whether a type still has unfinished jobs; "
+              f"2-type claim: the claim of a worker of two types)")
         for kind, url in dbs:
             empty, full, mixed = scan_flatness(
                 kind, url, args.done_rows, args.waiting_rows, args.other_ready
             )
             for i, op in enumerate(OPERATIONS):
                 name = kind if i == 0 else ""
-                print(f"  {name:10} {op:10} empty {empty[op] * 1000:6.2f} ms   "
+                print(f"  {name:10} {op:12} empty {empty[op] * 1000:6.2f} ms   "
                       f"full {full[op] * 1000:6.2f} ms   ratio {full[op] / empty[op]:.2f}   "
                       f"other type {mixed[op] * 1000:6.2f} ms   ratio "
                       f"{mixed[op] / empty[op]:.2f}")
