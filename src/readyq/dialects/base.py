@@ -469,7 +469,7 @@ def claim_head(
     types: Sequence[str] | None,
     limit: sa.ColumnElement[int],
     *columns: sa.ColumnElement[Any],
-    part: Part = lambda stmt, type_: stmt,
+    part: Part | None = None,
 ) -> sa.Select[Any]:
     """``columns`` of a group's first ``limit`` runnable jobs of ``types``, in claim
     order. For a worker of a few types, the merge of one read per type
@@ -477,6 +477,8 @@ def claim_head(
     read, which the caller completes (a row lock, an index hint)."""
     many = merged_types(types)
     if many is not None:
+        if part is None:
+            return merged_head(t, now, group, many, limit, *columns)
         return merged_head(t, now, group, many, limit, *columns, part=part)
     return (
         sa.select(*columns)

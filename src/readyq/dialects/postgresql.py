@@ -359,8 +359,8 @@ class PostgresDialect(Dialect):
         an index or a hash cannot order or group, but for the few rows of a worker of
         several types, merged from one read per type (``merged_head``): their sort
         carries the cost that prices sorts out, which would pass the threshold of JIT
-        compilation and spend about 300 ms compiling a claim that runs in one. So JIT is
-        off as well. The settings end with the transaction (``set_config(..., true)`` is
+        compilation and spend about 300 ms compiling a claim that runs in 3 ms. So JIT
+        is off as well. The settings end with the transaction (``set_config(..., true)`` is
         ``SET LOCAL``); both go in one statement, as the async driver prepares every
         statement and a prepared statement holds one command.
         """
