@@ -68,8 +68,7 @@ class _BoundStore(Store):
         return await_only(self._outer.write(unit, idempotent=idempotent, what=what))
 
     def read(self, unit: Callable[[Connection], T], *, single: bool = False) -> T:
-        # The async engine's reads keep their transaction (``single`` is a hint only).
-        return await_only(self._outer.read(unit))
+        return await_only(self._outer.read(unit, single=single))
 
 
 class AsyncStore:
@@ -142,10 +141,12 @@ class AsyncStore:
                           exc.__class__.__name__, attempt)
                 await asyncio.sleep(delay)
 
-    async def read(self, unit: Callable[[Connection], T]) -> T:
-        """Run a read-only unit (retried like writes)."""
+    async def read(self, unit: Callable[[Connection], T], *, single: bool = False) -> T:
+        """Run a read-only unit (retried like writes); one of a single statement in
+        autocommit where the dialect allows (see ``Store.read``)."""
         dialect = await self.ensure()
         assert self._engine is not None
+        autocommit = single and dialect.autocommit_reads
         attempt = 0
         while True:
             connected = False
@@ -153,6 +154,9 @@ class AsyncStore:
                 async with self._engine.connect() as aconn:
                     connected = True
                     try:
+                        if autocommit:
+                            await aconn.execution_options(isolation_level="AUTOCOMMIT")
+                            return await aconn.run_sync(unit)
                         out = await aconn.run_sync(unit)
                         await aconn.rollback()
                         return out
