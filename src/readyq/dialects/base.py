@@ -20,6 +20,7 @@ from readyq.model import IN_FLIGHT_STATES, ClaimedJob
 from readyq.schema import GATE_ID, Tables
 from readyq.sql.ready import (
     Part,
+    as_is,
     by_type_key,
     claim_order,
     first_ready_type,
@@ -469,7 +470,7 @@ def claim_head(
     types: Sequence[str] | None,
     limit: sa.ColumnElement[int],
     *columns: sa.ColumnElement[Any],
-    part: Part | None = None,
+    part: Part = as_is,
 ) -> sa.Select[Any]:
     """``columns`` of a group's first ``limit`` runnable jobs of ``types``, in claim
     order. For a worker of a few types, the merge of one read per type
@@ -477,8 +478,6 @@ def claim_head(
     read, which the caller completes (a row lock, an index hint)."""
     many = merged_types(types)
     if many is not None:
-        if part is None:
-            return merged_head(t, now, group, many, limit, *columns)
         return merged_head(t, now, group, many, limit, *columns, part=part)
     return (
         sa.select(*columns)

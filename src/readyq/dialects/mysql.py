@@ -56,6 +56,7 @@ from readyq.sql.ready import (
     runnable,
     runnable_head,
     single_type,
+    type_head,
     values_in,
 )
 
@@ -165,15 +166,10 @@ def _type_heads(
     claim's columns, then ``rq_priority``. :func:`_merge` keeps ``limit`` of them in
     claim order; the others stay locked until the claim commits (every other claim
     waits for the gate row meanwhile)."""
-    j = t.jobs
+    priority = t.jobs.c.priority.label("rq_priority")
     return [
         _by_type(
-            sa.select(*claim_columns(t), j.c.priority.label("rq_priority"))
-            .where(runnable(t, now, group=group, types=[type_]))
-            .order_by(*claim_order(t, [type_]))
-            .limit(limit),
-            t,
-            [type_],
+            type_head(t, now, group, type_, limit, *claim_columns(t), priority), t, [type_]
         ).with_for_update(skip_locked=True)
         for type_ in types or ()
     ]

@@ -91,8 +91,29 @@ def by_type_key(types: Sequence[str] | None) -> tuple[str, ...] | None:
 Part = Callable[[sa.Select[Any], str], sa.Select[Any]]
 
 
-def _as_is(stmt: sa.Select[Any], type_: str) -> sa.Select[Any]:
+def as_is(stmt: sa.Select[Any], type_: str) -> sa.Select[Any]:
+    """The :data:`Part` that adds nothing."""
     return stmt
+
+
+def type_head(
+    t: Tables,
+    now: sa.ColumnElement[float],
+    group: str | sa.ColumnElement[str],
+    type_: str,
+    limit: sa.ColumnElement[int],
+    *columns: sa.ColumnElement[Any],
+) -> sa.Select[Any]:
+    """``columns`` of a group's first ``limit`` runnable jobs of one type, in its claim
+    order, through the index of ready jobs by type: one read of a merged read."""
+    return (
+        sa.select(*columns)
+        .where(runnable(t, now, group=group, types=[type_]))
+        .order_by(*claim_order(t, [type_]))
+        .limit(limit)
+        # A group (or limit) from an enclosing query (a LATERAL join) is that query's.
+        .correlate_except(t.jobs)
+    )
 
 
 def merged_head(
@@ -102,7 +123,7 @@ def merged_head(
     types: Sequence[str],
     limit: sa.ColumnElement[int],
     *columns: sa.ColumnElement[Any],
-    part: Part = _as_is,
+    part: Part = as_is,
 ) -> sa.Select[Any]:
     """``columns`` of a group's first ``limit`` runnable jobs of several types, in claim
     order: the first ``limit`` of each type, read in the terms of the index of ready
@@ -113,14 +134,7 @@ def merged_head(
     keys = (j.c.priority.label("rq_priority"), j.c.id.label("rq_id"))
     reads = []
     for i, type_ in enumerate(types):
-        one = (
-            sa.select(*columns, *keys)
-            .where(runnable(t, now, group=group, types=[type_]))
-            .order_by(*claim_order(t, [type_]))
-            .limit(limit)
-            # A group (or limit) from an enclosing query (a LATERAL join) is that query's.
-            .correlate_except(j)
-        )
+        one = type_head(t, now, group, type_, limit, *columns, *keys)
         # Each read as a derived table: SQLite takes no ORDER BY or LIMIT on the members
         # of a compound select, and a row lock must apply to the read, not the union.
         head = part(one, type_).subquery(f"rq_type{i}")
@@ -148,23 +162,25 @@ def ready_of_type(t: Tables, type_: str) -> sa.ColumnElement[bool]:
     types. An array is no constant to the planner: ordered by the type first, only the
     index by type gives the order, and claim transactions price sorts out
     (``pin_index_order``)."""
-    j = t.jobs
-    if "ready_type" in j.c:
-        return j.c.ready_type == sa.bindparam(None, type_, type_=j.c.type.type)
-    if t.dialect == "postgresql":
-        return sa.and_(state_in(t, "ready"), array_member(j.c.type, [type_]))
-    return sa.and_(state_in(t, "ready"), j.c.type == sa.bindparam(None, type_, type_=j.c.type.type))
+    return ready_of_types(t, [type_])
 
 
 def ready_of_types(t: Tables, types: Sequence[str]) -> sa.ColumnElement[bool]:
-    """Ready jobs of a few types, in the terms of the index of ready jobs by type: one
-    range of it per type (see :func:`ready_of_type`)."""
+    """Ready jobs of one type or a few, in the terms of the index of ready jobs by type:
+    one range of it per type (see :func:`ready_of_type`); one type is an equality, but
+    on PostgreSQL."""
     j = t.jobs
-    if "ready_type" in j.c:
-        return values_in(j.c.ready_type, types)
     if t.dialect == "postgresql":
         return sa.and_(state_in(t, "ready"), array_member(j.c.type, types))
-    return sa.and_(state_in(t, "ready"), values_in(j.c.type, types))
+
+    def member(column: sa.ColumnElement[str]) -> sa.ColumnElement[bool]:
+        if len(types) == 1:
+            return column == sa.bindparam(None, types[0], type_=j.c.type.type)
+        return values_in(column, types)
+
+    if "ready_type" in j.c:
+        return member(j.c.ready_type)
+    return sa.and_(state_in(t, "ready"), member(j.c.type))
 
 
 def run_after_passed(t: Tables, now: sa.ColumnElement[float]) -> sa.ColumnElement[bool]:
