@@ -858,6 +858,7 @@ class Queue:
         worker_id: str | None = None,
         max_running: int | None = None,
         shutdown_grace: float | timedelta = 0.0,
+        freeze_gc: bool = True,
     ) -> Any:
         """Build a :class:`readyq.Worker` over this queue's handlers (see run_worker)."""
         from readyq.worker import Worker
@@ -873,6 +874,7 @@ class Queue:
             worker_id=worker_id,
             max_running=max_running,
             shutdown_grace=shutdown_grace,
+            freeze_gc=freeze_gc,
         )
 
     def run_worker(
@@ -887,6 +889,7 @@ class Queue:
         worker_id: str | None = None,
         max_running: int | None = None,
         shutdown_grace: float | timedelta = 0.0,
+        freeze_gc: bool = True,
     ) -> Any:
         """Run jobs until stopped (or, with ``until_idle``, until none is left to run).
 
@@ -906,6 +909,12 @@ class Queue:
             shutdown_grace: seconds that SIGTERM/SIGINT (handled while this runs in the
                 main thread) give running jobs to finish; the rest are then handed back
                 at once, uncharged. A second signal hands them back immediately.
+            freeze_gc: while the worker runs, leave the objects that existed when it
+                started (modules, caches, the application's state) out of the garbage
+                collector's passes, which otherwise walk all of them every few thousand
+                jobs (``gc.freeze()``, process-wide, undone when the last worker of the
+                process returns; a heap the application froze itself is left alone).
+                Cyclic garbage among those objects is then collected only afterwards.
 
         Returns the worker's :class:`readyq.WorkerStats`.
         """
@@ -918,4 +927,5 @@ class Queue:
             worker_id=worker_id,
             max_running=max_running,
             shutdown_grace=shutdown_grace,
+            freeze_gc=freeze_gc,
         ).run(until_idle=until_idle)

@@ -9,6 +9,7 @@ allow (one transaction). Handlers run in their own threads and never hold a conn
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 import os
 import secrets
@@ -18,7 +19,8 @@ import threading
 import time
 import traceback
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
@@ -40,6 +42,47 @@ if TYPE_CHECKING:
 log = logging.getLogger("readyq.worker")
 
 FLUSH_LINGER = 0.01
+
+# Workers of this process that keep the heap frozen (see ``frozen_heap``), and whether
+# the freeze is theirs.
+_freeze_lock = threading.Lock()
+_freeze_holders = 0
+_freeze_ours = False
+
+
+@contextmanager
+def frozen_heap(enabled: bool = True) -> Iterator[None]:
+    """While inside, the objects that existed on entry are left out of the cyclic
+    garbage collector's passes (``gc.freeze()``); they are handed back on the way out.
+
+    A worker allocates a few objects per job that live as long as the job runs, so
+    the collector promotes them to its oldest generation and every few thousand jobs
+    runs a full pass, which walks every object of the process: the imported modules,
+    SQLAlchemy's caches, the application's own state. With the heap frozen, a full
+    pass walks only what was allocated since. Objects frozen here that become cyclic
+    garbage meanwhile are collected after the freeze ends; reference counting frees
+    everything else as usual.
+
+    Process-wide and counted: the first worker to enter freezes, the last to leave
+    unfreezes. A heap the application froze itself is left as it is.
+    """
+    global _freeze_holders, _freeze_ours
+    if not enabled:
+        yield
+        return
+    with _freeze_lock:
+        if _freeze_holders == 0 and gc.get_freeze_count() == 0:
+            gc.freeze()
+            _freeze_ours = True
+        _freeze_holders += 1
+    try:
+        yield
+    finally:
+        with _freeze_lock:
+            _freeze_holders -= 1
+            if _freeze_holders == 0 and _freeze_ours:
+                gc.unfreeze()
+                _freeze_ours = False
 
 
 @dataclass
@@ -262,6 +305,7 @@ class Worker:
         worker_id: str | None = None,
         max_running: int | None = None,
         shutdown_grace: float | timedelta = 0.0,
+        freeze_gc: bool = True,
     ) -> None:
         self.queue = queue
         self.store = queue._store
@@ -274,6 +318,11 @@ class Worker:
         ):
             raise ConfigurationError(f"max_running must be an int >= 1, not {max_running!r}")
         self.max_running = max_running
+        if not isinstance(freeze_gc, bool):
+            raise ConfigurationError(f"freeze_gc must be True or False, not {freeze_gc!r}")
+        # Whether ``run`` keeps the heap that existed before it out of the garbage
+        # collector's passes (see ``frozen_heap``).
+        self.freeze_gc = freeze_gc
         grace = (
             shutdown_grace.total_seconds()
             if isinstance(shutdown_grace, timedelta)
@@ -357,15 +406,18 @@ class Worker:
 
         With ``handle_signals`` and in the main thread, SIGTERM and SIGINT call
         ``stop(shutdown_grace)`` (a second signal ends the grace period at once); the
-        previous handlers are restored on return.
+        previous handlers are restored on return. With ``freeze_gc`` (the default), the
+        objects that exist when it starts are left out of the garbage collector's passes
+        until it returns (see ``frozen_heap``).
         """
         log.info("worker %s started (types: %s)", self.worker_id, ", ".join(self.types),
                  extra={"event": "worker_started", "worker_id": self.worker_id,
                         "job_types": list(self.types)})
         previous = self._install_signals() if handle_signals else {}
         try:
-            self._run_ticks(until_idle)
-            self._drain()
+            with frozen_heap(self.freeze_gc):
+                self._run_ticks(until_idle)
+                self._drain()
         except KeyboardInterrupt:
             log.info("worker %s interrupted", self.worker_id,
                      extra={"event": "worker_interrupted", "worker_id": self.worker_id})

@@ -216,6 +216,7 @@ class AsyncQueue:
         worker_id: str | None = None,
         max_running: int | None = None,
         shutdown_grace: float | timedelta = 0.0,
+        freeze_gc: bool = True,
     ) -> Any:
         """Build an :class:`~readyq.aio.worker.AsyncWorker` (see :meth:`run_worker`)."""
         from readyq.aio.worker import AsyncWorker
@@ -231,6 +232,7 @@ class AsyncQueue:
             worker_id=worker_id,
             max_running=max_running,
             shutdown_grace=shutdown_grace,
+            freeze_gc=freeze_gc,
         )
 
     async def run_worker(
@@ -245,6 +247,7 @@ class AsyncQueue:
         worker_id: str | None = None,
         max_running: int | None = None,
         shutdown_grace: float | timedelta = 0.0,
+        freeze_gc: bool = True,
     ) -> WorkerStats:
         """Run jobs until stopped (or idle); same options as :meth:`readyq.Queue.run_worker`.
 
@@ -259,5 +262,6 @@ class AsyncQueue:
             worker_id=worker_id,
             max_running=max_running,
             shutdown_grace=shutdown_grace,
+            freeze_gc=freeze_gc,
         )
         return await worker.run(until_idle=until_idle)  # type: ignore[no-any-return]
