@@ -277,6 +277,12 @@ class Store:
     def engine(self) -> Engine:
         return self._ensure()[0]
 
+    @property
+    def connected_dialect(self) -> Dialect | None:
+        """The dialect once the store has reached the database; None before (no
+        connection attempt is made here)."""
+        return self._dialect
+
     def now(self) -> sa.ColumnElement[float]:
         """The database clock plus ``clock_offset``, read when each statement runs.
 

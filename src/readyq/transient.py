@@ -8,6 +8,9 @@ system's ``ConnectionRefusedError`` while connecting, and a driver error raised 
 SQLAlchemy does not wrap it (a ``creator`` function, a driver other than the engine's,
 a pool callback) reaches readyq as the driver's own ``OperationalError`` or
 ``InterfaceError``. Those are recognised here too.
+
+A database that answers but refuses a statement as such (an unknown column, a syntax
+error) is not an outage: the worker asks its dialect (``Dialect.is_permanent``) and stops.
 """
 
 from __future__ import annotations

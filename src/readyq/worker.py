@@ -469,7 +469,7 @@ class Worker:
                 tick = self.run_once()
                 idle = until_idle and self._idle(tick)
             except Exception as exc:
-                if not is_transient(exc):
+                if not self._outlives(exc):
                     raise
                 self._stop.wait(self._outage(exc))
                 continue
@@ -483,6 +483,16 @@ class Worker:
         self.store.dialect  # noqa: B018 - connects on first use
         self._connected = True
         log.info("worker %s connected to %s", self.worker_id, self.store.dialect.name)
+
+    def _outlives(self, exc: BaseException) -> bool:
+        """Whether a failed tick is waited out: a transient failure (see
+        :func:`readyq.transient.is_transient`), unless the database refused the statement
+        itself (``Dialect.is_permanent``: a schema this readyq does not match), which no
+        wait cures and which ends the worker like any other error."""
+        if not is_transient(exc):
+            return False
+        dialect = self.store.connected_dialect
+        return dialect is None or not dialect.is_permanent(exc)
 
     def _outage(self, exc: BaseException) -> float:
         """Count and log a failed tick; return how long to wait before the next try.
@@ -554,7 +564,7 @@ class Worker:
             try:
                 self.run_once()
             except Exception as exc:
-                if not is_transient(exc):
+                if not self._outlives(exc):
                     raise
                 time.sleep(min(self._outage(exc), left))
                 continue

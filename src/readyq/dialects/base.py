@@ -91,6 +91,9 @@ class Dialect(ABC):
     # SQLSTATEs / error codes that mean "roll back and try the whole unit again".
     retryable_codes: ClassVar[frozenset[object]] = frozenset()
     missing_table_codes: ClassVar[frozenset[object]] = frozenset()
+    # Error codes that say a statement cannot run on this database as it is (an unknown
+    # column or function, a syntax error): see ``is_permanent``.
+    permanent_codes: ClassVar[frozenset[object]] = frozenset()
 
     def __init__(self, server_version: tuple[int, ...] = ()) -> None:
         self.server_version = server_version
@@ -423,6 +426,12 @@ class Dialect(ABC):
 
     def is_missing_table(self, exc: BaseException) -> bool:
         return self.error_code(exc) in self.missing_table_codes
+
+    def is_permanent(self, exc: BaseException) -> bool:
+        """True for an error that no wait can cure: the database refused the statement
+        itself (an unknown column or function, a syntax error), so its schema is not the
+        one this readyq writes for. A worker stops on it instead of waiting it out."""
+        return self.error_code(exc) in self.permanent_codes
 
 
 def driver_error(exc: BaseException) -> BaseException | None:

@@ -199,6 +199,8 @@ class MySQLDialect(Dialect):
         {1213, 1205, 1020, 2006, 2013, 1927, 1053}
     )
     missing_table_codes: ClassVar[frozenset[object]] = frozenset({1146})
+    # 1054 unknown column, 1064 syntax error, 1146 no such table, 1305 no such function.
+    permanent_codes: ClassVar[frozenset[object]] = frozenset({1054, 1064, 1146, 1305})
 
     def __init__(self, server_version: tuple[int, ...] = (), *, is_mariadb: bool = False):
         super().__init__(server_version)

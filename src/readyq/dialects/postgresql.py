@@ -88,6 +88,11 @@ class PostgresDialect(Dialect):
         {"40001", "40P01", "55P03", "57P01", "57P02", "57P03"}
     )
     missing_table_codes: ClassVar[frozenset[object]] = frozenset({"42P01"})
+    # syntax_error, undefined_column, undefined_function, undefined_object,
+    # undefined_table, datatype_mismatch.
+    permanent_codes: ClassVar[frozenset[object]] = frozenset(
+        {"42601", "42703", "42883", "42704", "42P01", "42804"}
+    )
 
     @classmethod
     def engine_options(cls) -> dict[str, Any]:

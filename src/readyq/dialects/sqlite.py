@@ -93,6 +93,9 @@ class SQLiteDialect(Dialect):
     capabilities: ClassVar[Capabilities] = Capabilities(
         skip_locked=False, returning=True, partial_index=True, listen_notify=False, row_locks=False
     )
+    # SQLite's generic error: an unknown table, column or function, a syntax error. A
+    # locked database, a full disk or a file that cannot be opened have codes of their own.
+    permanent_codes: ClassVar[frozenset[object]] = frozenset({"SQLITE_ERROR"})
 
     @classmethod
     def engine_options(cls) -> dict[str, Any]:
