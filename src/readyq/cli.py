@@ -223,6 +223,29 @@ def _parser() -> argparse.ArgumentParser:
         metavar="TYPE",
         help="run only this job type (repeatable; default: every handler)",
     )
+    p.add_argument(
+        "--max-running",
+        type=int,
+        default=None,
+        metavar="N",
+        help="most jobs this process runs at once, to spread the cap over processes or "
+        "hosts (default: the whole cap)",
+    )
+    p.add_argument(
+        "--shutdown-grace",
+        type=float,
+        default=0.0,
+        metavar="SECONDS",
+        help="how long SIGTERM/SIGINT let running jobs finish before they are handed back "
+        "(default 0)",
+    )
+    p.add_argument(
+        "--no-freeze-gc",
+        dest="freeze_gc",
+        action="store_false",
+        help="leave the objects that exist at start in the garbage collector's passes "
+        "(see docs/throughput.md)",
+    )
     p.add_argument("--worker-id", default=None, help="worker id (default host:pid:random)")
     p.add_argument("--json", action="store_true", help="print the final stats as JSON")
     p.add_argument("--db", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
@@ -581,6 +604,9 @@ def cmd_worker(args: argparse.Namespace) -> int:
         poll_interval=args.poll_interval,
         types=args.types,
         worker_id=args.worker_id,
+        max_running=args.max_running,
+        shutdown_grace=args.shutdown_grace,
+        freeze_gc=args.freeze_gc,
     )
     from readyq.transient import describe, is_transient
 

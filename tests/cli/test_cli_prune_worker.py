@@ -92,6 +92,21 @@ def app_module(db: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
         def square(job):
             return job.args["n"] ** 2
 
+        import gc, threading, time
+        _lock = threading.Lock()
+        _running = [0]
+
+        @queue.handler("overlap")
+        def overlap(job):
+            # How many of these ran at once, and whether the heap was frozen meanwhile.
+            with _lock:
+                _running[0] += 1
+                seen = _running[0]
+            time.sleep(0.2)
+            with _lock:
+                _running[0] -= 1
+            return {{"at_once": seen, "frozen": gc.get_freeze_count() > 0}}
+
         def make_queue():
             return queue
 
@@ -118,6 +133,8 @@ def test_worker_runs_the_apps_handlers(migrated: Run, mq: readyq.Queue, app_modu
     assert "--db is ignored" in factory.err
 
     cases = {
+        ("--app", f"{app_module}:queue", "--max-running", "0"): "max_running must be",
+        ("--app", f"{app_module}:queue", "--shutdown-grace", "-1"): "shutdown_grace must be",
         ("--app", "nomodule_here_xyz:queue"): "no module named 'nomodule_here_xyz'",
         ("--app", f"{app_module}:missing"): "has no attribute 'missing'",
         ("--app", f"{app_module}:not_a_queue"): "is a int, not a readyq.Queue",
@@ -133,3 +150,23 @@ def test_worker_runs_the_apps_handlers(migrated: Run, mq: readyq.Queue, app_modu
     missing = cli("worker", "--app", f"{app_module}:unmigrated", "--until-idle", url=None)
     assert missing.one_line_error and missing.code == 1
     assert "prefix 'nothere_' are missing: run `readyq migrate`" in missing.err
+
+
+def test_worker_options_reach_the_worker(migrated: Run, mq: readyq.Queue, app_module: str) -> None:
+    """--max-running bounds what the process runs of the cap; --no-freeze-gc leaves the
+    garbage collector alone (the default freezes the heap while the worker runs)."""
+    cli = migrated
+    app = f"{app_module}:queue"
+    common = ("--until-idle", "--concurrency", "3", "--poll-interval", "0.02",
+              "--heartbeat-interval", "1", "--lease-ttl", "5", "--type", "overlap")
+
+    def results(*options: str) -> list[dict[str, object]]:
+        ids = [int(cli("enqueue", "overlap").out) for _ in range(3)]
+        result = cli("worker", "--app", app, *common, *options)
+        assert result.code == 0, result.err
+        return [mq.get(i).result for i in ids]
+
+    free = results()
+    assert max(r["at_once"] for r in free) > 1 and all(r["frozen"] for r in free)
+    bounded = results("--max-running", "1", "--shutdown-grace", "5", "--no-freeze-gc")
+    assert all(r["at_once"] == 1 and not r["frozen"] for r in bounded)
