@@ -95,6 +95,7 @@ class SQLiteDialect(Dialect):
     )
     # SQLite's generic error: an unknown table, column or function, a syntax error. A
     # locked database, a full disk or a file that cannot be opened have codes of their own.
+    # (Python 3.10's sqlite3 does not report the code: there such errors are waited out.)
     permanent_codes: ClassVar[frozenset[object]] = frozenset({"SQLITE_ERROR"})
 
     @classmethod
