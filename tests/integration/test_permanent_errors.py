@@ -55,3 +55,40 @@ def test_permanent_codes_are_not_the_ones_retried(queue: readyq.Queue) -> None:
     """A code is either waited out (retried, or a lost connection) or ends the worker."""
     dialect = queue._store.dialect
     assert not dialect.permanent_codes & dialect.retryable_codes
+
+
+def test_an_async_worker_stops_on_it_too(db: str) -> None:
+    """The asyncio API's drivers (asyncpg, aiosqlite, asyncmy) report the same codes."""
+    import asyncio
+
+    from async_support import async_engine
+
+    engine = async_engine(db)
+    queue = readyq.AsyncQueue(engine)
+
+    @queue.handler("t")
+    async def never(job: readyq.Job) -> None:
+        raise AssertionError("no job can be claimed without the column")
+
+    async def scenario() -> readyq.WorkerStats:
+        await queue.create_schema()
+        await queue.enqueue("t")
+        name = queue._astore.sync.tables.jobs.name
+        async with engine.begin() as conn:
+            await conn.exec_driver_sql(f"ALTER TABLE {name} DROP COLUMN timeout")
+        worker = queue.worker(poll_interval=0.01)
+        try:
+            with pytest.raises(sa.exc.DBAPIError, match="timeout"):
+                await asyncio.wait_for(worker.run(until_idle=True, handle_signals=False), 20)
+        except TimeoutError:
+            pytest.fail(f"the worker kept retrying: {worker.stats}")
+        return worker.stats
+
+    runner = asyncio.Runner()
+    try:
+        stats = runner.run(scenario())
+        assert stats.db_errors == 0 and stats.claimed == 0
+    finally:
+        runner.run(queue.close())
+        runner.run(engine.dispose())
+        runner.close()
