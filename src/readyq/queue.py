@@ -911,9 +911,10 @@ class Queue:
                 at once, uncharged. A second signal hands them back immediately.
             freeze_gc: while the worker runs, leave the objects that existed when it
                 started (modules, caches, the application's state) out of the garbage
-                collector's passes, which otherwise walk all of them every few thousand
-                jobs (``gc.freeze()``, process-wide, undone when the last worker of the
-                process returns; a heap the application froze itself is left alone).
+                collector's passes, which otherwise walk all of them every several
+                thousand jobs (``gc.freeze()``, process-wide, undone when the last worker
+                of the process returns; a heap the application froze itself is left
+                alone).
                 Cyclic garbage among those objects is then collected only afterwards.
 
         Returns the worker's :class:`readyq.WorkerStats`.

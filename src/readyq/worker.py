@@ -56,7 +56,7 @@ def frozen_heap(enabled: bool = True) -> Iterator[None]:
     garbage collector's passes (``gc.freeze()``); they are handed back on the way out.
 
     A worker allocates a few objects per job that live as long as the job runs, so
-    the collector promotes them to its oldest generation and every few thousand jobs
+    the collector promotes them to its oldest generation and every several thousand jobs
     runs a full pass, which walks every object of the process: the imported modules,
     SQLAlchemy's caches, the application's own state. With the heap frozen, a full
     pass walks only what was allocated since. Objects frozen here that become cyclic
