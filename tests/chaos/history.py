@@ -653,6 +653,13 @@ def check(
     for job, attempt, worker in sorted(wrongly):
         rep.add("finalize", f"job {job}: {worker}'s outcome of attempt {attempt} was fenced "
                 "out, though its lease was not reclaimed from it while it lived")
+    # Only a worker that knew it held an attempt can be told it lost it. A claim whose
+    # commit reply was lost (the claim committed; the worker saw the error and ran its
+    # cycle again) leaves leases their worker never learned of: no handler of theirs
+    # started, nothing of theirs can be fenced, and the reclaim sweeps them back.
+    started = {(e.job, e.attempt or 0, e.worker or "") for e in events if e.event == "start"}
+    never_learned = must_report - started
+    must_report &= started
     unreported = must_report - fenced_keys
 
     starts_total = sum(1 for e in events if e.event == "start")
@@ -674,6 +681,7 @@ def check(
         stale_writers_injected=len(stale_writers),
         stale_writers_must_report=len(must_report),
         stale_writers_unreported=sorted(unreported),
+        leases_never_learned=sorted(never_learned),
         orphans_reclaimed=len(orphans),
         peak_leases=peak_leases,
         peak_running=peak_runs,

@@ -134,7 +134,9 @@ class Result:
             f"  -> fenced writes observed {f['fenced_observed']} vs stale writers injected "
             f"{f['stale_writers_injected']} ({f['stale_writers_must_report']} lived on and "
             f"had to report, {len(f['stale_writers_unreported'])} did not; "
-            f"{f['orphans_reclaimed']} orphans of killed workers); reclaims {f['reclaims']}",
+            f"{f['orphans_reclaimed']} orphans of killed workers; "
+            f"{len(f['leases_never_learned'])} leases their worker never learned of, from "
+            f"a claim whose commit reply was lost); reclaims {f['reclaims']}",
             f"  -> clock-skewed workers ({', '.join(f'{x:+g}s' for x in self.config.skews if x)}"
             f"): {self.skewed[0]} processes started {self.skewed[1]} attempts",
             f"  -> peak leases {f['peak_leases']} / "

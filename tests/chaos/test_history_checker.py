@@ -198,6 +198,19 @@ def test_a_stale_writer_that_was_never_told_is_reported() -> None:
     assert rep.figures["stale_writers_unreported"] == [(1, 1, "A")]
 
 
+def test_a_lease_its_worker_never_learned_of_needs_no_report() -> None:
+    """A claim whose commit reply was lost: the claim committed, its worker saw an error
+    and claimed again, so no handler of its started and it has nothing to be told; the
+    reclaim sweeps the job back. A worker whose handler did start must still report."""
+    h = H()
+    h.claim(1, 1, "A").reclaim(1, 1, "A").run(1, 2, "B")
+    rep = check(h.events, facts((1, "done")))
+    assert rep.ok, rep.summary()
+    assert rep.figures["stale_writers_unreported"] == []
+    assert rep.figures["stale_writers_must_report"] == 0
+    assert rep.figures["leases_never_learned"] == [(1, 1, "A")]
+
+
 def test_a_job_left_unfinished_is_caught() -> None:
     h = H()
     h.claim(1, 1, "A").start(1, 1, "A")
