@@ -311,6 +311,7 @@ class Store:
         idempotent: bool = True,
         what: str = "write",
         after_commit: Callable[[T], T] | None = None,
+        lost_commit: Callable[[T], None] | None = None,
     ) -> T:
         """Run ``unit`` in one write transaction, committed here, retried when safe.
 
@@ -318,7 +319,9 @@ class Store:
         begun, committed or retried here. When ``idempotent`` is False a failure during
         COMMIT is raised rather than retried, since the first commit may have landed.
         ``after_commit`` maps the unit's result once committed, the connection still
-        open (to read a result the unit left in the driver).
+        open (to read a result the unit left in the driver). ``lost_commit`` is given
+        the unit's result when its COMMIT failed, before the unit runs again: that
+        commit may have landed.
         """
         engine, dialect = self._ensure()
         if connection is not None:
@@ -356,6 +359,8 @@ class Store:
                 )
                 if delay is None:
                     raise
+                if committing and lost_commit is not None:
+                    lost_commit(out)
                 log.debug("%s: retrying after %s (attempt %d)", what, exc.__class__.__name__,
                           attempt)
                 time.sleep(delay)
@@ -1125,9 +1130,24 @@ class Store:
         once, so that ``leased`` never needs a commit of its own.
         """
 
+        # Jobs leased by a try whose COMMIT reply was lost: that claim may have landed,
+        # unknown to the worker, so the next try hands them back first.
+        unknown: list[ClaimedJob] = []
+
+        def lost(out: tuple[Any, Any]) -> None:
+            # The unit's claimed rows: a function that reads them, or (the asyncio API
+            # reads them before its COMMIT) the rows.
+            try:
+                unknown.extend(out[1]() if callable(out[1]) else out[1])
+            except Exception:  # the rows cannot be read: their leases expire instead
+                log.debug("cycle: the claimed rows of a lost commit cannot be read",
+                          exc_info=True)
+
         def unit(
             conn: Connection,
         ) -> tuple[dict[tuple[int, int], bool], Callable[[], list[ClaimedJob]]]:
+            if unknown:
+                self._hand_back(conn, owner, unknown)
             applied = self._finish(conn, owner, outcomes) if outcomes else {}
             claimed = _no_jobs
             if cap > 0 and limit > 0:
@@ -1145,9 +1165,38 @@ class Store:
             return {}, []
         # The claimed rows are read once committed: the gate row is released sooner.
         applied, claimed = self.write(
-            unit, what="cycle", after_commit=lambda out: (out[0], out[1]())
+            unit, what="cycle", after_commit=lambda out: (out[0], out[1]()), lost_commit=lost
         )
         return applied, claimed  # type: ignore[return-value]
+
+    def _hand_back(self, conn: Connection, owner: str, jobs: Sequence[ClaimedJob]) -> int:
+        """Put back, uncharged, jobs leased by a claim whose COMMIT reply was lost.
+
+        Fenced by each job's lease token and owner as that claim set them, so a claim
+        that did not land, or a lease since reclaimed, is left alone. A job whose
+        cancellation was asked meanwhile is left to the lease sweep, which cancels it.
+        """
+        j = self.tables.jobs
+        now = self.now()
+        return int(
+            conn.execute(
+                sa.update(j)
+                .where(
+                    self._fence(owner, [Lease(c.id, c.lease_token) for c in jobs]),
+                    j.c.state.in_(("leased", "running")),
+                    j.c.cancel_requested == sa.false(),
+                )
+                .values(
+                    state="ready",
+                    attempts=j.c.attempts - 1,
+                    run_after=None,
+                    lease_expires=None,
+                    deadline=None,
+                    started_at=None,
+                    updated_at=now,
+                )
+            ).rowcount
+        )
 
     def runnable_exists(self, types: Sequence[str] | None) -> bool:
         """Whether any job of ``types`` is runnable now: one lock-free read."""

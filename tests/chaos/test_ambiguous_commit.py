@@ -1,7 +1,7 @@
 """Ambiguous commits: the COMMIT reaches the database but its reply is lost (here: the
 driver's commit succeeds, then the connection "drops"). Store.write runs the unit again;
 a finalization must be recognised as already recorded (reported applied, propagated
-once), a claim's first batch must not be lost (its lease expires and it is swept back),
+once), a claim's first batch must be handed back, uncharged, before the claim runs again,
 and an enqueue, which is not safe to repeat, must raise rather than insert twice."""
 
 from __future__ import annotations
@@ -14,7 +14,6 @@ import pytest
 import sqlalchemy as sa
 
 import readyq
-from readyq import JobState
 from readyq.store import NewJob, Outcome
 
 TTL = 30.0
@@ -111,28 +110,64 @@ def test_an_outcome_whose_commit_reply_was_lost_is_recognised_and_propagated_onc
     assert store.finish("X", [outcome]) == {(target, c.lease_token): False}
 
 
-def test_a_claim_whose_commit_reply_was_lost_is_swept_back_never_lost(
+def test_a_claim_whose_commit_reply_was_lost_hands_its_jobs_back_before_claiming_again(
     queue: readyq.Queue,
 ) -> None:
+    """The lost claim landed: its job is handed back, uncharged, in the transaction that
+    claims again, rather than left leased to a worker that does not know it until the
+    lease expires (which would charge an attempt: a job allowed one would fail unrun)."""
     store = queue._store
-    first = store.enqueue(NewJob(type="t", args_json="null", max_attempts=3))
-    second = store.enqueue(NewJob(type="t", args_json="null", max_attempts=3))
+    first = store.enqueue(NewJob(type="t", args_json="null", max_attempts=1))
+    second = store.enqueue(NewJob(type="t", args_json="null", max_attempts=1))
     with ambiguous_commits(queue) as fired:
         got = claim_one(queue, "W")
     assert fired == [1]
-    # The retry claimed the next job; the first claim landed too, unknown to the worker.
-    assert got.id == second
-    orphan = job(queue, first)
-    assert (orphan.state, orphan.lease_owner, orphan.attempts) == ("running", "W", 1)
-    assert store.reclaim().total == 0  # its lease is still live
-    store.clock_offset += TTL + 1
-    swept = store.reclaim()
-    assert swept.retried == 2  # the orphan, and the job W knows about (not heartbeated)
-    store.clock_offset += 10  # past the retry backoff
-    again = [claim_one(queue, "V").id for _ in range(2)]
-    assert sorted(again) == [first, second]
-    info = queue.get(first)
-    assert info.state is JobState.RUNNING and info.attempts == 2
+    # Handed back, then claimed again by the same transaction: it is the first in line.
+    assert (got.id, got.attempt) == (first, 1)
+    claimed = job(queue, first)
+    assert (claimed.state, claimed.lease_owner, claimed.attempts) == ("running", "W", 1)
+    assert claimed.lease_token == got.lease_token == 2  # the lost claim's token was 1
+    waiting = job(queue, second)
+    assert (waiting.state, waiting.attempts) == ("ready", 0)
+    store.clock_offset += 1
+    assert store.reclaim().total == 0  # no lease left behind for the sweep
+
+
+def test_a_claim_whose_commit_did_not_land_hands_nothing_back(queue: readyq.Queue) -> None:
+    """The same error when the COMMIT did not land: the hand-back, fenced by the tokens the
+    lost claim would have set, matches nothing, and the claim simply runs again."""
+    store = queue._store
+    first = store.enqueue(NewJob(type="t", args_json="null", max_attempts=1))
+    dialect = queue.engine.dialect
+    original, original_write = dialect.do_commit, store.write
+    failed: list[int] = []
+    writing = [0]
+
+    def commit_fails(dbapi_connection: Any) -> None:
+        if writing[0] and not failed:  # the claim's COMMIT, not a read's
+            failed.append(1)
+            dbapi_connection.rollback()
+            raise lost_reply(queue.engine)
+        original(dbapi_connection)
+
+    def write(*args: Any, **kwargs: Any) -> Any:
+        writing[0] += 1
+        try:
+            return original_write(*args, **kwargs)
+        finally:
+            writing[0] -= 1
+
+    dialect.do_commit = commit_fails  # type: ignore[method-assign]
+    store.write = write  # type: ignore[method-assign]
+    try:
+        got = claim_one(queue, "W")
+    finally:
+        dialect.do_commit = original  # type: ignore[method-assign]
+        store.write = original_write  # type: ignore[method-assign]
+    assert failed == [1]
+    assert (got.id, got.attempt, got.lease_token) == (first, 1, 1)
+    claimed = job(queue, first)
+    assert (claimed.state, claimed.attempts, claimed.lease_token) == ("running", 1, 1)
 
 
 def test_an_enqueue_whose_commit_reply_was_lost_raises_instead_of_inserting_twice(

@@ -56,6 +56,7 @@ class _BoundStore(Store):
         idempotent: bool = True,
         what: str = "write",
         after_commit: Callable[[T], T] | None = None,
+        lost_commit: Callable[[T], None] | None = None,
     ) -> T:
         if after_commit is not None:  # applied inside the transaction here, before COMMIT
             inner, then = unit, after_commit
@@ -65,7 +66,9 @@ class _BoundStore(Store):
 
         if connection is not None:  # the caller's transaction, already inside run_sync
             return super().write(unit, connection=connection, idempotent=idempotent, what=what)
-        return await_only(self._outer.write(unit, idempotent=idempotent, what=what))
+        return await_only(
+            self._outer.write(unit, idempotent=idempotent, what=what, lost_commit=lost_commit)
+        )
 
     def read(self, unit: Callable[[Connection], T], *, single: bool = False) -> T:
         return await_only(self._outer.read(unit, single=single))
@@ -106,9 +109,15 @@ class AsyncStore:
         return self.sync.dialect
 
     async def write(
-        self, unit: Callable[[Connection], T], *, idempotent: bool = True, what: str = "write"
+        self,
+        unit: Callable[[Connection], T],
+        *,
+        idempotent: bool = True,
+        what: str = "write",
+        lost_commit: Callable[[T], None] | None = None,
     ) -> T:
-        """Run ``unit`` in one write transaction (BEGIN IMMEDIATE on SQLite), retried."""
+        """Run ``unit`` in one write transaction (BEGIN IMMEDIATE on SQLite), retried;
+        ``lost_commit`` as for ``Store.write``."""
         dialect = await self.ensure()
         assert self._engine is not None
         attempt = 0
@@ -137,6 +146,8 @@ class AsyncStore:
                                     connected=connected)
                 if delay is None:
                     raise
+                if committing and lost_commit is not None:
+                    lost_commit(out)
                 log.debug("%s: retrying after %s (attempt %d)", what,
                           exc.__class__.__name__, attempt)
                 await asyncio.sleep(delay)
