@@ -178,3 +178,63 @@ def test_an_enqueue_whose_commit_reply_was_lost_raises_instead_of_inserting_twic
     assert fired == [1]
     # Not retried: the job exists once (the caller cannot know, and must check).
     assert queue.counts() == {"ready": 1}
+
+
+def test_an_async_claim_whose_commit_reply_was_lost_hands_its_jobs_back(db: str) -> None:
+    """The asyncio API reads the claimed rows before its COMMIT; the hand-back is the same."""
+    import asyncio
+    from types import SimpleNamespace
+
+    from async_support import async_engine
+
+    engine = async_engine(db)
+    queue = readyq.AsyncQueue(engine)
+    dialect = engine.sync_engine.dialect
+    dbapi = dialect.loaded_dbapi
+    if dialect.name == "postgresql":  # asyncpg's error, as SQLAlchemy adapts it
+        error: Exception = dbapi.OperationalError(
+            "terminating connection due to administrator command",
+            SimpleNamespace(sqlstate="57P01"),
+        )
+    elif dialect.name in ("mysql", "mariadb"):
+        error = dbapi.OperationalError(2013, "Lost connection to server during query")
+    else:
+        error = dbapi.OperationalError("database is locked")
+    original = dialect.do_commit
+    fired: list[int] = []
+    armed = [False]
+
+    def do_commit(dbapi_connection: Any) -> None:
+        original(dbapi_connection)
+        if armed[0] and not fired:
+            fired.append(1)
+            raise error
+
+    async def scenario() -> tuple[Any, Any, Any]:
+        await queue.create_schema()
+        first = await queue.enqueue("t", max_attempts=1)
+        second = await queue.enqueue("t", max_attempts=1)
+        store = queue._astore.sync
+        dialect.do_commit = do_commit  # type: ignore[method-assign]
+        armed[0] = True
+        try:
+            _, claimed = await queue._astore.call(
+                store.cycle, "W", [], cap=10, limit=1, ttl=TTL, types=None,
+                start={"t": (None, True)},
+            )
+        finally:
+            armed[0] = False
+            dialect.do_commit = original  # type: ignore[method-assign]
+        return claimed, await queue.get(first), await queue.get(second)
+
+    runner = asyncio.Runner()
+    try:
+        claimed, first, second = runner.run(scenario())
+    finally:
+        runner.run(queue.close())
+        runner.run(engine.dispose())
+        runner.close()
+    assert fired == [1]
+    assert [(c.id, c.attempt) for c in claimed] == [(first.id, 1)]
+    assert (first.state.value, first.attempts) == ("running", 1)
+    assert (second.state.value, second.attempts) == ("ready", 0)
