@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -24,16 +25,22 @@ def lost_reply(engine: sa.Engine) -> Exception:
     dbapi = engine.dialect.loaded_dbapi
     name = engine.dialect.name
     if name == "postgresql":  # what a backend killed mid-COMMIT says (SQLSTATE 57P01)
-        return dbapi.errors.AdminShutdown("terminating connection due to administrator command")
+        message = "terminating connection due to administrator command"
+        if engine.dialect.driver == "asyncpg":  # asyncpg's error, as SQLAlchemy adapts it
+            return dbapi.OperationalError(message, SimpleNamespace(sqlstate="57P01"))
+        return dbapi.errors.AdminShutdown(message)
     if name in ("mysql", "mariadb"):
         return dbapi.OperationalError(2013, "Lost connection to server during query")
     return dbapi.OperationalError("database is locked")
 
 
 @contextmanager
-def ambiguous_commits(queue: readyq.Queue, times: int = 1) -> Iterator[list[int]]:
-    """The next ``times`` COMMITs of write transactions land, then report a lost
-    connection. (Read-only transactions end with a COMMIT too; theirs are left alone.)"""
+def ambiguous_commits(
+    queue: readyq.Queue, times: int = 1, *, land: bool = True
+) -> Iterator[list[int]]:
+    """The next ``times`` COMMITs of write transactions land (with ``land=False``: are
+    rolled back), then report a lost connection. (Read-only transactions end with a
+    COMMIT too; theirs are left alone.)"""
     dialect = queue.engine.dialect
     store = queue._store
     original = dialect.do_commit
@@ -42,8 +49,12 @@ def ambiguous_commits(queue: readyq.Queue, times: int = 1) -> Iterator[list[int]
     writing = [0]
 
     def do_commit(dbapi_connection: Any) -> None:
-        original(dbapi_connection)
-        if writing[0] and len(fired) < times:
+        failing = writing[0] and len(fired) < times
+        if failing and not land:
+            dbapi_connection.rollback()
+        else:
+            original(dbapi_connection)
+        if failing:
             fired.append(1)
             raise lost_reply(queue.engine)
 
@@ -138,32 +149,8 @@ def test_a_claim_whose_commit_did_not_land_hands_nothing_back(queue: readyq.Queu
     lost claim would have set, matches nothing, and the claim simply runs again."""
     store = queue._store
     first = store.enqueue(NewJob(type="t", args_json="null", max_attempts=1))
-    dialect = queue.engine.dialect
-    original, original_write = dialect.do_commit, store.write
-    failed: list[int] = []
-    writing = [0]
-
-    def commit_fails(dbapi_connection: Any) -> None:
-        if writing[0] and not failed:  # the claim's COMMIT, not a read's
-            failed.append(1)
-            dbapi_connection.rollback()
-            raise lost_reply(queue.engine)
-        original(dbapi_connection)
-
-    def write(*args: Any, **kwargs: Any) -> Any:
-        writing[0] += 1
-        try:
-            return original_write(*args, **kwargs)
-        finally:
-            writing[0] -= 1
-
-    dialect.do_commit = commit_fails  # type: ignore[method-assign]
-    store.write = write  # type: ignore[method-assign]
-    try:
+    with ambiguous_commits(queue, land=False) as failed:
         got = claim_one(queue, "W")
-    finally:
-        dialect.do_commit = original  # type: ignore[method-assign]
-        store.write = original_write  # type: ignore[method-assign]
     assert failed == [1]
     assert (got.id, got.attempt, got.lease_token) == (first, 1, 1)
     claimed = job(queue, first)
@@ -183,23 +170,13 @@ def test_an_enqueue_whose_commit_reply_was_lost_raises_instead_of_inserting_twic
 def test_an_async_claim_whose_commit_reply_was_lost_hands_its_jobs_back(db: str) -> None:
     """The asyncio API reads the claimed rows before its COMMIT; the hand-back is the same."""
     import asyncio
-    from types import SimpleNamespace
 
     from async_support import async_engine
 
     engine = async_engine(db)
     queue = readyq.AsyncQueue(engine)
     dialect = engine.sync_engine.dialect
-    dbapi = dialect.loaded_dbapi
-    if dialect.name == "postgresql":  # asyncpg's error, as SQLAlchemy adapts it
-        error: Exception = dbapi.OperationalError(
-            "terminating connection due to administrator command",
-            SimpleNamespace(sqlstate="57P01"),
-        )
-    elif dialect.name in ("mysql", "mariadb"):
-        error = dbapi.OperationalError(2013, "Lost connection to server during query")
-    else:
-        error = dbapi.OperationalError("database is locked")
+    error = lost_reply(engine.sync_engine)
     original = dialect.do_commit
     fired: list[int] = []
     armed = [False]
