@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import select
+import socket
 import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -33,9 +35,6 @@ log = logging.getLogger("readyq.wakeup")
 
 RECONNECT_MIN = 0.1
 RECONNECT_MAX = 5.0
-# How often the listener thread looks at its stop flag while no notification arrives:
-# a stopping worker waits for it (each look is one select() timeout, nearly free).
-POLL_STOP = 0.02
 
 
 def channel_for(prefix: str) -> str:
@@ -92,8 +91,13 @@ def conninfo_for(url: sa.URL) -> str:
 class Listener:
     """LISTEN on one channel from a dedicated connection in a daemon thread.
 
-    ``on_wake`` is called (from the thread) for every notification, and once after each
-    reconnection. ``pid`` is the backend pid of the live connection (None while down).
+    ``on_wake`` is called (from the thread) once for each batch of notifications read
+    together, and once after each reconnection. ``pid`` is the backend pid of the live
+    connection (None while down).
+
+    The thread sleeps in one ``select()`` on the connection's socket and on a socket
+    pair of its own: ``stop()`` writes to the pair, so a stopping worker does not wait
+    for a timeout to expire, and an idle listener does not wake up to look at a flag.
     """
 
     def __init__(
@@ -114,6 +118,9 @@ class Listener:
         self.listening = threading.Event()
         self._stop = threading.Event()
         self._conn: Any = None
+        self._interrupt_r, self._interrupt_w = socket.socketpair()
+        self._interrupt_r.setblocking(False)
+        self._interrupt_w.setblocking(False)
         self._thread = threading.Thread(target=self._run, name="readyq-listen", daemon=True)
 
     def start(self) -> Listener:
@@ -122,7 +129,16 @@ class Listener:
 
     def stop(self, timeout: float = 2.0) -> None:
         self._stop.set()
+        with contextlib.suppress(OSError):  # the pair is full: a wake-up is pending
+            self._interrupt_w.send(b"\0")
         self._thread.join(timeout)
+        if not self._thread.is_alive():
+            self._interrupt_r.close()
+            self._interrupt_w.close()
+
+    def _wait(self, conn: Any) -> None:
+        """Until the server sends something or ``stop()`` is called."""
+        select.select([conn.fileno(), self._interrupt_r], [], [])
 
     def _open(self) -> Any:
         if self._connect is not None:
@@ -156,8 +172,12 @@ class Listener:
                     log.info("listener on %r is back; re-scanning", self.channel)
                     self.on_wake()
                 while not self._stop.is_set():
-                    for _ in conn.notifies(timeout=POLL_STOP, stop_after=1):
+                    # What the socket holds now, and what psycopg read while running the
+                    # statements above; never blocks.
+                    if list(conn.notifies(timeout=0)):
                         self.on_wake()
+                    if not self._stop.is_set():
+                        self._wait(conn)
             except Exception as exc:
                 self.listening.clear()
                 self.pid = None
