@@ -213,6 +213,11 @@ def _truncate(text: str | None) -> str | None:
     return text[: MAX_ERROR_CHARS - 20] + "\n... (truncated)"
 
 
+class _Rehearsed(Exception):
+    """Ends a rehearsal's unit so that its transaction is rolled back (see
+    ``Store.rehearse``); carries the number of jobs claimed."""
+
+
 def _no_jobs() -> list[ClaimedJob]:
     return []
 
@@ -1169,6 +1174,43 @@ class Store:
         )
         return applied, claimed  # type: ignore[return-value]
 
+    def rehearse(
+        self,
+        owner: str,
+        *,
+        cap: int,
+        limit: int,
+        ttl: float,
+        types: Sequence[str] | None,
+        start: Mapping[str, tuple[float | None, bool]] | None = None,
+        rate_limits: Mapping[str, RateLimit] | None = None,
+    ) -> int:
+        """Run a worker's transaction once and roll it back; return how many jobs its
+        claim took.
+
+        The claim of up to ``limit`` jobs, as ``cycle`` makes it, then their finish as
+        done, in one transaction that is rolled back: nothing is kept (the NOTIFY of a
+        released dependent is dropped with it). What it leaves behind is the SQL of those
+        statements, built and compiled, and an error now rather than at the first claim
+        if the tables do not match this readyq.
+        """
+
+        def unit(conn: Connection) -> int:
+            claimed: list[ClaimedJob] = []
+            if cap > 0 and limit > 0:
+                claimed = self._claim_deferred(
+                    conn, owner, cap, limit, ttl, types, start, rate_limits
+                )()
+            if claimed:
+                self._finish(conn, owner, [Outcome(c, "done", "null") for c in claimed])
+            raise _Rehearsed(len(claimed))
+
+        try:
+            self.write(unit, what="rehearsal")
+        except _Rehearsed as done:
+            return int(done.args[0])
+        raise AssertionError("a rehearsal's unit always raises")  # pragma: no cover
+
     def _hand_back(self, conn: Connection, owner: str, jobs: Sequence[ClaimedJob]) -> int:
         """Put back, uncharged, jobs leased by a claim whose COMMIT reply was lost.
 
@@ -1738,12 +1780,9 @@ class Store:
 
     # -- reclaim ------------------------------------------------------------------------
 
-    def reclaim(self, *, limit: int = 500) -> ReclaimResult:
-        """Return expired leases to ready (or failed), and end attempts past their deadline.
-
-        Each row is re-checked in its UPDATE (state, token and expiry), so a job that was
-        finished or re-claimed after the SELECT is left alone.
-        """
+    def reclaim_due(self) -> bool:
+        """Whether any lease has expired or any attempt is past its deadline: one
+        lock-free read of the in-flight range of the state index."""
         j = self.tables.jobs
         now = self.now()
         due = self.dialect.cached(
@@ -1758,8 +1797,16 @@ class Store:
             )
             .limit(1),
         )
+        return self.read(lambda conn: conn.execute(due).first(), single=True) is not None
+
+    def reclaim(self, *, limit: int = 500) -> ReclaimResult:
+        """Return expired leases to ready (or failed), and end attempts past their deadline.
+
+        Each row is re-checked in its UPDATE (state, token and expiry), so a job that was
+        finished or re-claimed after the SELECT is left alone.
+        """
         # A plain read first: most ticks find nothing, and then take no write lock.
-        if self.read(lambda conn: conn.execute(due).first(), single=True) is None:
+        if not self.reclaim_due():
             return ReclaimResult()
         result = self.write(lambda conn: self._reclaim(conn, limit), what="reclaim")
         # Logged once committed: a unit that is retried must not log twice.

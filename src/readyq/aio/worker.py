@@ -115,6 +115,11 @@ class AsyncWorker(Worker):
         return await greenlet_spawn(Worker.run, self, until_idle=until_idle,
                                     handle_signals=handle_signals)
 
+    async def prepare(self) -> None:  # type: ignore[override]
+        """Connect, check the tables and build the loop's statements; see
+        ``Worker.prepare``."""
+        await greenlet_spawn(Worker.prepare, self)
+
     def _connect(self) -> None:
         """Reach the database (in the loop's greenlet): the async store detects the
         dialect; until then the loop backs off like after any other outage."""
