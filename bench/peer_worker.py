@@ -9,9 +9,10 @@ an end of file:
    clock just before), so interpreter start-up, imports and connecting stay
    outside the timed window;
 3. it works until the queue is drained (each system stops itself when it finds
-   nothing left to claim), then prints one JSON line::
+   nothing left to claim; readyq's is done at that moment, see ``_readyq``), then
+   prints one JSON line::
 
-       {"done": <time.monotonic() when its loop returned>,
+       {"done": <time.monotonic() when it found nothing left>,
         "cpu": <user+system CPU seconds of this process between GO and done>,
         "executed": <jobs the no-op body ran>, "commits": <commits it counted or null>}
 
@@ -319,6 +320,27 @@ def _readyq(cfg: dict) -> None:
             timings.append(time.perf_counter() - t)
 
     store.cycle = timed_cycle  # type: ignore[method-assign]
+
+    # Done, as for the other systems, when the worker first finds nothing left to claim
+    # with its own jobs recorded: the first idle check after its last claim. (With
+    # until_idle it then also waits, one poll at a time, for the jobs other workers are
+    # still running, which PGQueuer's drain and the minimal loops do not.)
+    drained: list[float] = []
+    has_unfinished = store.has_unfinished
+
+    def first_idle_check(*args: object, **kwargs: object) -> bool:
+        if not drained:
+            drained.extend((time.monotonic(), _cpu()))
+        return has_unfinished(*args, **kwargs)
+
+    def claimed_again(*args: object, **kwargs: object):  # type: ignore[no-untyped-def]
+        out = timed_cycle(*args, **kwargs)
+        if out[1]:
+            drained.clear()
+        return out
+
+    store.has_unfinished = first_idle_check  # type: ignore[method-assign]
+    store.cycle = claimed_again  # type: ignore[method-assign]
     worker = queue.worker(
         concurrency=cfg["cap"],
         max_running=cfg.get("max_running"),
@@ -326,13 +348,15 @@ def _readyq(cfg: dict) -> None:
         lease_ttl=60,
         heartbeat_interval=20,
     )
-    with queue.engine.connect() as conn:  # connect and detect the dialect before GO
-        conn.exec_driver_sql("SELECT 1")
+    # Start-up before GO, as PGQueuer's schema check: connect, check the tables and
+    # build the loop's statements (a rehearsed claim and finish, rolled back).
+    worker.prepare()
+    commits = 0
     _wait_for_go()
     cpu0 = _cpu()
     worker.run(until_idle=True)
-    done = time.monotonic()
-    cpu = _cpu() - cpu0
+    done, cpu1 = drained if drained else (time.monotonic(), _cpu())
+    cpu = cpu1 - cpu0
     if cfg.get("timings_file") and timings:
         q = statistics.quantiles(timings, n=100) if len(timings) > 1 else timings * 99
         with open(cfg["timings_file"], "w") as f:
