@@ -132,9 +132,6 @@ class Listener:
         with contextlib.suppress(OSError):  # the pair is full: a wake-up is pending
             self._interrupt_w.send(b"\0")
         self._thread.join(timeout)
-        if not self._thread.is_alive():
-            self._interrupt_r.close()
-            self._interrupt_w.close()
 
     def _wait(self, conn: Any) -> None:
         """Until the server sends something or ``stop()`` is called."""
@@ -148,6 +145,15 @@ class Listener:
         return psycopg.connect(self.conninfo, autocommit=True, connect_timeout=5)
 
     def _run(self) -> None:
+        try:
+            self._listen()
+        finally:
+            # The thread's own sockets: closed by the thread, which may outlive a
+            # ``stop()`` that timed out (a later write to them fails harmlessly).
+            self._interrupt_r.close()
+            self._interrupt_w.close()
+
+    def _listen(self) -> None:
         backoff = RECONNECT_MIN
         while not self._stop.is_set():
             conn = None
