@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import select
+import selectors
 import socket
 import threading
 from collections.abc import Callable
@@ -95,9 +95,9 @@ class Listener:
     together, and once after each reconnection. ``pid`` is the backend pid of the live
     connection (None while down).
 
-    The thread sleeps in one ``select()`` on the connection's socket and on a socket
-    pair of its own: ``stop()`` writes to the pair, so a stopping worker does not wait
-    for a timeout to expire, and an idle listener does not wake up to look at a flag.
+    The thread sleeps on the connection's socket and on a socket pair of its own:
+    ``stop()`` writes to the pair, so a stopping worker does not wait for a timeout to
+    expire, and an idle listener does not wake up to look at a flag.
     """
 
     def __init__(
@@ -134,8 +134,13 @@ class Listener:
         self._thread.join(timeout)
 
     def _wait(self, conn: Any) -> None:
-        """Until the server sends something or ``stop()`` is called."""
-        select.select([conn.fileno(), self._interrupt_r], [], [])
+        """Until the server sends something or ``stop()`` is called. (A selector, not
+        ``select()``, which refuses descriptors past 1024 in a process with many files
+        open.)"""
+        with selectors.DefaultSelector() as sel:
+            sel.register(conn.fileno(), selectors.EVENT_READ)
+            sel.register(self._interrupt_r, selectors.EVENT_READ)
+            sel.select()
 
     def _open(self) -> Any:
         if self._connect is not None:

@@ -382,3 +382,39 @@ def test_a_listener_wakes_on_each_notification_and_stop_closes_its_connection(
     finally:
         lst.stop()
         admin.dispose()
+
+
+def test_a_listener_whose_socket_is_past_descriptor_1024_still_wakes(
+    db: str, dialect_name: str
+) -> None:
+    """A process with many files open gives the listener's connection a descriptor that
+    ``select()`` refuses: the listener must still sleep on it, not reconnect forever."""
+    _pg_only(dialect_name)
+    import os
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    wanted = 1200
+    if soft < wanted:
+        if hard != resource.RLIM_INFINITY and hard < wanted:
+            pytest.skip(f"the descriptor limit ({hard}) is under {wanted}")
+        resource.setrlimit(resource.RLIMIT_NOFILE, (wanted, hard))
+    held = [os.open(os.devnull, os.O_RDONLY) for _ in range(1100)]
+    woken = threading.Event()
+    lst = Listener(conninfo_for(sa.make_url(db)), "readyq_test_fd", woken.set)
+    admin = sa.create_engine(db, poolclass=sa.NullPool)
+    try:
+        lst.start()
+        assert lst.listening.wait(5.0)
+        for _ in range(2):
+            woken.clear()
+            with admin.begin() as conn:
+                conn.execute(sa.text("SELECT pg_notify('readyq_test_fd', '')"))
+            assert woken.wait(5.0)
+        assert lst.connections == 1, "the listener reconnected instead of waiting"
+    finally:
+        lst.stop()
+        admin.dispose()
+        for fd in held:
+            os.close(fd)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
