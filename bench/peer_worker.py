@@ -349,8 +349,13 @@ def _readyq(cfg: dict) -> None:
         heartbeat_interval=20,
     )
     # Start-up before GO, as PGQueuer's schema check: connect, check the tables and
-    # build the loop's statements (a rehearsed claim and finish, rolled back).
-    worker.prepare()
+    # build the loop's statements (a rehearsed claim and finish, rolled back). Without
+    # it ("prepare": false), only connect: the first claim then compiles the SQL.
+    if cfg.get("prepare", True):
+        worker.prepare()
+    else:
+        with queue.engine.connect() as conn:
+            conn.exec_driver_sql("SELECT 1")
     commits = 0
     _wait_for_go()
     cpu0 = _cpu()
