@@ -406,12 +406,16 @@ class Worker:
         self.store.rehearse(
             self.worker_id,
             cap=cap,
-            limit=cap if self.max_running is None else min(cap, self.max_running),
+            limit=self._local_cap(cap),
             ttl=self.lease_ttl,
             types=self.types,
             start=self._start_policies,
             rate_limits=self.rate_limits,
         )
+
+    def _local_cap(self, cap: int) -> int:
+        """The most jobs this process may run at once under a global cap of ``cap``."""
+        return cap if self.max_running is None else min(cap, self.max_running)
 
     def stop(self, grace: float = 0.0) -> None:
         """Stop claiming; running jobs get ``grace`` seconds to finish and be recorded.
@@ -659,7 +663,7 @@ class Worker:
         while self._inbox.outcomes:
             outcomes.append(self._inbox.outcomes.popleft())
         cap = 0 if self._stop.is_set() else current_cap(self.limits)
-        local = cap if self.max_running is None else min(cap, self.max_running)
+        local = self._local_cap(cap)
         finishing = sum(
             1
             for o in outcomes
