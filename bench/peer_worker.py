@@ -312,15 +312,6 @@ def _readyq(cfg: dict) -> None:
     timings: list[float] = []
     cycle = store.cycle
 
-    def timed_cycle(*args: object, **kwargs: object):  # type: ignore[no-untyped-def]
-        t = time.perf_counter()
-        try:
-            return cycle(*args, **kwargs)
-        finally:
-            timings.append(time.perf_counter() - t)
-
-    store.cycle = timed_cycle  # type: ignore[method-assign]
-
     # Done, as for the other systems, when the worker first finds nothing left to claim
     # with its own jobs recorded: the first idle check after its last claim. (With
     # until_idle it then also waits, one poll at a time, for the jobs other workers are
@@ -328,19 +319,23 @@ def _readyq(cfg: dict) -> None:
     drained: list[float] = []
     has_unfinished = store.has_unfinished
 
+    def timed_cycle(*args: object, **kwargs: object):  # type: ignore[no-untyped-def]
+        t = time.perf_counter()
+        try:
+            out = cycle(*args, **kwargs)
+        finally:
+            timings.append(time.perf_counter() - t)
+        if out[1]:  # claimed again: not drained yet
+            drained.clear()
+        return out
+
     def first_idle_check(*args: object, **kwargs: object) -> bool:
         if not drained:
             drained.extend((time.monotonic(), _cpu()))
         return has_unfinished(*args, **kwargs)
 
-    def claimed_again(*args: object, **kwargs: object):  # type: ignore[no-untyped-def]
-        out = timed_cycle(*args, **kwargs)
-        if out[1]:
-            drained.clear()
-        return out
-
+    store.cycle = timed_cycle  # type: ignore[method-assign]
     store.has_unfinished = first_idle_check  # type: ignore[method-assign]
-    store.cycle = claimed_again  # type: ignore[method-assign]
     worker = queue.worker(
         concurrency=cfg["cap"],
         max_running=cfg.get("max_running"),
