@@ -24,5 +24,7 @@ def async_engine(db: str, *, pg_driver: str = "asyncpg") -> AsyncEngine:
     elif backend == "postgresql":
         url = url.set(drivername="postgresql+psycopg")
     else:
+        # asyncmy takes no ``ssl_disabled`` (PyMySQL's; see tests/conftest.py).
+        url = url.difference_update_query(["ssl_disabled"])
         url = url.set(drivername=ASYNC_DRIVERS[backend])
     return create_async_engine(url, **options)
