@@ -68,6 +68,17 @@ def _pragmas(dbapi_conn: Any, _record: Any) -> None:
     cur.close()
 
 
+# What SQLite says, with the code SQLITE_ERROR, of a statement that does not fit the tables
+# (Python 3.10's sqlite3 gives the message without the code's name).
+_REFUSED_STATEMENT = (
+    "no such table",
+    "no such column",
+    "no such function",
+    "has no column named",
+    "syntax error",
+)
+
+
 def _locked(exc: BaseException) -> bool:
     """SQLITE_BUSY: another connection holds the lock."""
     text = str(getattr(exc, "orig", exc)).lower()
@@ -165,7 +176,15 @@ class SQLiteDialect(Dialect):
         return (sa.func.julianday("now") - 2440587.5) * 86400.0
 
     def error_code(self, exc: BaseException) -> object:
-        return getattr(driver_error(exc), "sqlite_errorname", None)
+        err = driver_error(exc)
+        name = getattr(err, "sqlite_errorname", None)
+        if (
+            name is None
+            and isinstance(err, sqlite3.OperationalError)
+            and any(m in str(err).lower() for m in _REFUSED_STATEMENT)
+        ):
+            return "SQLITE_ERROR"  # Python 3.10: no error names, only messages
+        return name
 
     def is_retryable(self, exc: BaseException) -> bool:
         return super().is_retryable(exc) or _locked(exc)
