@@ -20,7 +20,7 @@ from typing import Any, ClassVar, cast
 
 import sqlalchemy as sa
 from sqlalchemy.dialects.postgresql import ARRAY, JSONB
-from sqlalchemy.dialects.postgresql import insert as pg_insert
+from sqlalchemy.dialects.postgresql.base import PGDialect
 from sqlalchemy.engine import Connection
 
 from readyq.dialects.base import (
@@ -52,6 +52,9 @@ from readyq.sql.ready import (
     ready_group_walk,
     runnable_head,
 )
+
+# Quotes the names of readyq's tables and columns in the SQL written out as text.
+_PREPARER = PGDialect().identifier_preparer
 
 
 def _locked_head(
@@ -535,23 +538,27 @@ class PostgresDialect(Dialect):
     @staticmethod
     def _progress_ctes(t: Tables) -> tuple[sa.CTE, sa.CTE]:
         """The upsert of the groups' progress from arrays, and the gate's update."""
+        # Written out as text: SQLAlchemy 2.0's PostgreSQL ``insert()`` has no cache key,
+        # so a claim statement holding it as a construct was compiled again at every
+        # claim (2.1 caches it). A text with typed parameters is cached on both.
         g = t.groups
-        src = (
-            sa.func.unnest(
+        q = _PREPARER.quote
+        upsert = (
+            sa.text(
+                f"INSERT INTO {q(g.name)} ({q('group_key')}, {q('vfinish')}, {q('served_seq')})"
+                " SELECT k, v, s FROM unnest(:p_keys, :p_vfinish, :p_seq) AS progress(k, v, s)"
+                f" ON CONFLICT ({q('group_key')}) DO UPDATE"
+                f" SET {q('vfinish')} = excluded.{q('vfinish')},"
+                f" {q('served_seq')} = excluded.{q('served_seq')}"
+            )
+            .bindparams(
                 sa.bindparam("p_keys", type_=ARRAY(sa.String)),
                 sa.bindparam("p_vfinish", type_=ARRAY(sa.Double)),
                 sa.bindparam("p_seq", type_=ARRAY(sa.BigInteger)),
             )
-            .table_valued("k", "v", "s")
-            .render_derived(name="progress")
+            .columns()
+            .cte("groups_progress")
         )
-        ins = pg_insert(g).from_select(
-            ["group_key", "vfinish", "served_seq"], sa.select(src.c.k, src.c.v, src.c.s)
-        )
-        upsert = ins.on_conflict_do_update(
-            index_elements=[g.c.group_key],
-            set_={"vfinish": ins.excluded.vfinish, "served_seq": ins.excluded.served_seq},
-        ).cte("groups_progress")
         gate = (
             sa.update(t.gate)
             .where(t.gate.c.id == GATE_ID)
