@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import Coroutine
+from typing import Any, TypeVar
+
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
@@ -28,3 +32,26 @@ def async_engine(db: str, *, pg_driver: str = "asyncpg") -> AsyncEngine:
         url = url.difference_update_query(["ssl_disabled"])
         url = url.set(drivername=ASYNC_DRIVERS[backend])
     return create_async_engine(url, **options)
+
+
+T = TypeVar("T")
+
+
+class Runner:
+    """The part of ``asyncio.Runner`` (Python 3.11+) the tests use, on Python 3.10 too:
+    coroutines run one after another on one event loop, closed by ``close()``."""
+
+    def __init__(self) -> None:
+        self._loop = asyncio.new_event_loop()
+        asyncio.set_event_loop(self._loop)
+
+    def run(self, coro: Coroutine[Any, Any, T]) -> T:
+        return self._loop.run_until_complete(coro)
+
+    def close(self) -> None:
+        try:
+            self._loop.run_until_complete(self._loop.shutdown_asyncgens())
+            self._loop.run_until_complete(self._loop.shutdown_default_executor())
+        finally:
+            asyncio.set_event_loop(None)
+            self._loop.close()

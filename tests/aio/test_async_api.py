@@ -17,7 +17,7 @@ import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 import readyq
-from async_support import async_engine
+from async_support import Runner, async_engine
 from readyq import JobState
 from readyq.store import Outcome
 
@@ -36,7 +36,7 @@ class Api:
             self.runner = None
             self.store = self.q._store
         else:
-            self.runner = asyncio.Runner()
+            self.runner = Runner()
             self.engine = async_engine(db)
             self.q = readyq.AsyncQueue(self.engine)
             self.store = self.q._astore.sync

@@ -6,14 +6,13 @@ for the sync API)."""
 
 from __future__ import annotations
 
-import asyncio
 from typing import Any
 
 import pytest
 import sqlalchemy as sa
 
 import readyq
-from async_support import async_engine
+from async_support import Runner, async_engine
 from readyq.store import Outcome
 
 
@@ -32,7 +31,7 @@ def test_async_idle_reads_answer_without_a_transaction_of_their_own(
     if pg_driver == "psycopg" and dialect_name != "postgresql":
         pytest.skip("psycopg's async driver is PostgreSQL's")
     engine = async_engine(db, pg_driver=pg_driver)
-    runner = asyncio.Runner()
+    runner = Runner()
     queue = readyq.AsyncQueue(engine)
     astore = queue._astore
     seen: list[bool] = []

@@ -27,7 +27,10 @@ def lost_reply(engine: sa.Engine) -> Exception:
     if name == "postgresql":  # what a backend killed mid-COMMIT says (SQLSTATE 57P01)
         message = "terminating connection due to administrator command"
         if engine.dialect.driver == "asyncpg":  # asyncpg's error, as SQLAlchemy adapts it
-            return dbapi.OperationalError(message, SimpleNamespace(sqlstate="57P01"))
+            err = dbapi.OperationalError(message, SimpleNamespace(sqlstate="57P01"))
+            # SQLAlchemy 2.1 reads the code from the error it adapts; 2.0 sets it after.
+            err.pgcode = err.sqlstate = "57P01"
+            return err
         return dbapi.errors.AdminShutdown(message)
     if name in ("mysql", "mariadb"):
         return dbapi.OperationalError(2013, "Lost connection to server during query")
@@ -169,9 +172,8 @@ def test_an_enqueue_whose_commit_reply_was_lost_raises_instead_of_inserting_twic
 
 def test_an_async_claim_whose_commit_reply_was_lost_hands_its_jobs_back(db: str) -> None:
     """The asyncio API reads the claimed rows before its COMMIT; the hand-back is the same."""
-    import asyncio
 
-    from async_support import async_engine
+    from async_support import Runner, async_engine
 
     engine = async_engine(db)
     queue = readyq.AsyncQueue(engine)
@@ -204,7 +206,7 @@ def test_an_async_claim_whose_commit_reply_was_lost_hands_its_jobs_back(db: str)
             dialect.do_commit = original  # type: ignore[method-assign]
         return claimed, await queue.get(first), await queue.get(second)
 
-    runner = asyncio.Runner()
+    runner = Runner()
     try:
         claimed, first, second = runner.run(scenario())
     finally:

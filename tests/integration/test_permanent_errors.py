@@ -61,7 +61,7 @@ def test_an_async_worker_stops_on_it_too(db: str) -> None:
     """The asyncio API's drivers (asyncpg, aiosqlite, asyncmy) report the same codes."""
     import asyncio
 
-    from async_support import async_engine
+    from async_support import Runner, async_engine
 
     engine = async_engine(db)
     queue = readyq.AsyncQueue(engine)
@@ -80,11 +80,11 @@ def test_an_async_worker_stops_on_it_too(db: str) -> None:
         try:
             with pytest.raises(sa.exc.DBAPIError, match="timeout"):
                 await asyncio.wait_for(worker.run(until_idle=True, handle_signals=False), 20)
-        except TimeoutError:
+        except asyncio.TimeoutError:  # the builtin TimeoutError from Python 3.11
             pytest.fail(f"the worker kept retrying: {worker.stats}")
         return worker.stats
 
-    runner = asyncio.Runner()
+    runner = Runner()
     try:
         stats = runner.run(scenario())
         assert stats.db_errors == 0 and stats.claimed == 0

@@ -3,8 +3,6 @@ before ``run``, changing nothing in the database."""
 
 from __future__ import annotations
 
-import asyncio
-
 import pytest
 import sqlalchemy as sa
 
@@ -116,7 +114,7 @@ def test_prepare_raises_without_the_tables(db: str) -> None:
 
 
 def test_an_async_worker_prepares_too(db: str) -> None:
-    from async_support import async_engine
+    from async_support import Runner, async_engine
 
     engine = async_engine(db)
     aqueue = readyq.AsyncQueue(engine)
@@ -137,7 +135,7 @@ def test_an_async_worker_prepares_too(db: str) -> None:
         await worker.run(until_idle=True, handle_signals=False)
         return ids
 
-    runner = asyncio.Runner()
+    runner = Runner()
     try:
         ids = runner.run(scenario())
         assert sorted(ran) == ids
