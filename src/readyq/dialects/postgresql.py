@@ -53,7 +53,8 @@ from readyq.sql.ready import (
     runnable_head,
 )
 
-# Quotes the names of readyq's tables and columns in the SQL written out as text.
+# Quotes a table's name in the SQL written out as text (as copy_jobs does with the
+# connection's own preparer).
 _PREPARER = PGDialect().identifier_preparer
 
 
@@ -541,15 +542,12 @@ class PostgresDialect(Dialect):
         # Written out as text: SQLAlchemy 2.0's PostgreSQL ``insert()`` has no cache key,
         # so a claim statement holding it as a construct was compiled again at every
         # claim (2.1 caches it). A text with typed parameters is cached on both.
-        g = t.groups
-        q = _PREPARER.quote
         upsert = (
             sa.text(
-                f"INSERT INTO {q(g.name)} ({q('group_key')}, {q('vfinish')}, {q('served_seq')})"
+                f"INSERT INTO {_PREPARER.format_table(t.groups)} (group_key, vfinish, served_seq)"
                 " SELECT k, v, s FROM unnest(:p_keys, :p_vfinish, :p_seq) AS progress(k, v, s)"
-                f" ON CONFLICT ({q('group_key')}) DO UPDATE"
-                f" SET {q('vfinish')} = excluded.{q('vfinish')},"
-                f" {q('served_seq')} = excluded.{q('served_seq')}"
+                " ON CONFLICT (group_key) DO UPDATE"
+                " SET vfinish = excluded.vfinish, served_seq = excluded.served_seq"
             )
             .bindparams(
                 sa.bindparam("p_keys", type_=ARRAY(sa.String)),
