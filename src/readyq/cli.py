@@ -612,6 +612,9 @@ def cmd_worker(args: argparse.Namespace) -> int:
 
     try:
         admin.check_schema(queue)  # connects: missing tables fail here, once
+        # Builds and compiles the loop's SQL (a rehearsed claim, rolled back) before the
+        # first claim, and fails here on tables that do not match this readyq.
+        worker.prepare()
         database = queue.database
     except Exception as exc:
         # A database that is down (or still starting) is waited for: the worker backs

@@ -170,3 +170,33 @@ def test_worker_options_reach_the_worker(migrated: Run, mq: readyq.Queue, app_mo
     assert max(r["at_once"] for r in free) > 1 and all(r["frozen"] for r in free)
     bounded = results("--max-running", "1", "--shutdown-grace", "5", "--no-freeze-gc")
     assert all(r["at_once"] == 1 and not r["frozen"] for r in bounded)
+
+
+def test_worker_prepares_before_its_first_claim(
+    migrated: Run, mq: readyq.Queue, app_module: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`readyq worker` rehearses its claim (``Worker.prepare``) before it runs, so that
+    the first claim does not also build and compile the loop's SQL."""
+    cli = migrated
+    seen: list[tuple[str, int]] = []
+    prepare, run = readyq.Worker.prepare, readyq.Worker.run
+
+    def recording_prepare(self: readyq.Worker) -> None:
+        prepare(self)
+        seen.append(("prepare", self.stats.claimed))
+
+    def recording_run(self: readyq.Worker, **kwargs: object) -> readyq.WorkerStats:
+        seen.append(("run", self.stats.claimed))
+        return run(self, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(readyq.Worker, "prepare", recording_prepare)
+    monkeypatch.setattr(readyq.Worker, "run", recording_run)
+    ids = [int(cli("enqueue", "square", "--args", f'{{"n": {n}}}').out) for n in range(3)]
+    result = cli("worker", "--app", f"{app_module}:queue", "--until-idle",
+                 "--poll-interval", "0.02", "--json")
+    assert result.code == 0, result.err
+    assert seen == [("prepare", 0), ("run", 0)]
+    # The rehearsal kept nothing: the jobs ran once each, as if it had not been.
+    assert result.json()["claimed"] == 3
+    assert [mq.get(i).result for i in ids] == [0, 1, 4]
+    assert all(mq.get(i).attempts == 1 for i in ids)
