@@ -671,10 +671,11 @@ def copy_jobs(
 
         if not isinstance(exc, psycopg.Error):
             raise
-        if conn.dialect.is_disconnect(
-            cast(Any, exc), conn.connection.dbapi_connection, None
-        ):
+        # Marked as SQLAlchemy marks a lost connection, which is what the store retries
+        # on: psycopg 3.2 reports a connection lost mid-COPY without a SQLSTATE.
+        lost = conn.dialect.is_disconnect(cast(Any, exc), conn.connection.dbapi_connection, None)
+        if lost:
             conn.invalidate(exc)
         raise sa.exc.DBAPIError.instance(
-            sql, None, exc, psycopg.Error, dialect=conn.dialect
+            sql, None, exc, psycopg.Error, connection_invalidated=lost, dialect=conn.dialect
         ) from exc
