@@ -55,18 +55,22 @@ class FirstConnectionsFail:
         event.listen(engine, "do_connect", self)
 
     def __call__(self, dialect: Any, rec: Any, cargs: list[Any], cparams: dict[str, Any]) -> None:
+        # Some SQLAlchemy versions (2.0.45) hand every connection the engine's own lists:
+        # what a failing attempt changes there is put back for the next one.
         with self._lock:
+            if not hasattr(self, "_real"):
+                self._real = (cparams.get("port"), cargs[0] if cargs else None)
+            fail = self.skip <= 0 and self.left > 0
             if self.skip > 0:
                 self.skip -= 1
-                return
-            if self.left <= 0:
-                return
-            self.left -= 1
-            self.failed += 1
+            elif fail:
+                self.left -= 1
+                self.failed += 1
+        port, path = (self.port, self.path) if fail else self._real
         if "port" in cparams:
-            cparams["port"] = self.port
-        else:
-            cargs[0] = self.path
+            cparams["port"] = port
+        elif cargs:
+            cargs[0] = path
 
 
 def prepare(db: str, n: int) -> list[int]:
