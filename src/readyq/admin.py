@@ -729,9 +729,7 @@ def dag(queue: Queue, job_id: int, *, max_nodes: int = 200) -> Graph:
                     ).scalars()
                 ]
             found += [
-                g.nodes[i].parent_id
-                for i in frontier  # type: ignore[misc]
-                if g.nodes[i].parent_id is not None
+                parent for i in frontier if (parent := g.nodes[i].parent_id) is not None
             ]
             frontier = admit(found, seen_down)
         g.downstream = seen_down - {job_id}

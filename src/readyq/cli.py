@@ -424,7 +424,7 @@ def _when(epoch: float | None, now: float) -> str:
 
 
 def cmd_migrate(args: argparse.Namespace) -> int:
-    from alembic.util import CommandError
+    from alembic.util.exc import CommandError
 
     from readyq import admin
 

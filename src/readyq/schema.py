@@ -32,7 +32,7 @@ NAMING_CONVENTION = {
 Id = sa.BigInteger().with_variant(sa.Integer(), "sqlite")
 # MySQL's TEXT stops at 64 KiB; LONGTEXT holds any payload under our own size limit.
 Payload = sa.Text().with_variant(mysql.LONGTEXT(), "mysql", "mariadb")
-Instant = sa.Double()
+Instant: sa.Double[float] = sa.Double()
 # Job types and group keys are compared exactly, as in Python: MySQL's and MariaDB's
 # default collations would make "Tenant" equal "tenant" (and "café" equal "cafe").
 Key = sa.String(200).with_variant(

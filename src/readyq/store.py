@@ -18,6 +18,7 @@ from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
+from functools import partial
 from operator import attrgetter
 from typing import Any, NamedTuple, TypeVar
 
@@ -205,6 +206,11 @@ def _discard_if_broken(conn: Connection, exc: Exception) -> None:
     if is_raw_driver_error(exc):
         with contextlib.suppress(Exception):
             conn.invalidate(exc)
+
+
+def _inserted_id(result: Any) -> int:
+    """The id of the row an INSERT of one row made."""
+    return int(result.inserted_primary_key[0])
 
 
 def _truncate(text: str | None) -> str | None:
@@ -706,7 +712,7 @@ class Store:
         if conn.dialect.insert_executemany_returning_sort_by_parameter_order:
             result = conn.execute(stmt.returning(j.c.id, sort_by_parameter_order=True), params)
             return [int(r[0]) for r in result]
-        return [int(conn.execute(stmt, row).inserted_primary_key[0]) for row in params]
+        return [_inserted_id(conn.execute(stmt, row)) for row in params]
 
     def _refuse_wait_cycles(
         self,
@@ -757,9 +763,9 @@ class Store:
             frontier = set()
             if not waiting:
                 break
-            edges = conn.execute(
+            edges = list(conn.execute(
                 sa.select(dt.c.job_id, dt.c.depends_on_id).where(dt.c.job_id.in_(waiting))
-            ).all()
+            ))
             if boxes:
                 edges += conn.execute(
                     sa.select(j.c.parent_id, j.c.id).where(
@@ -908,9 +914,9 @@ class Store:
             notice = self.ready_notice()
         if notice is not None:
             # The wake-up rides on the INSERT itself: one round trip, then the commit.
-            new_id = int(conn.execute(insert.returning(j.c.id, notice)).first()[0])
+            new_id = int(conn.execute(insert.returning(j.c.id, notice)).one()[0])
         else:
-            new_id = int(conn.execute(insert).inserted_primary_key[0])
+            new_id = _inserted_id(conn.execute(insert))
         if deps:
             conn.execute(
                 sa.insert(t.deps), [{"job_id": new_id, "depends_on_id": dep} for dep in deps]
@@ -1007,7 +1013,7 @@ class Store:
                     # became ready.
                     release: sa.Executable = self.dialect.cached(
                         ("release_notify", j.name),
-                        lambda notice=notice: self._release_notifying(now, notice),
+                        partial(self._release_notifying, now, notice),
                     )
                 else:
                     if by_count and self.on_ready is not None:
@@ -1172,7 +1178,7 @@ class Store:
         applied, claimed = self.write(
             unit, what="cycle", after_commit=lambda out: (out[0], out[1]()), lost_commit=lost
         )
-        return applied, claimed  # type: ignore[return-value]
+        return applied, claimed
 
     def rehearse(
         self,
@@ -1502,7 +1508,7 @@ class Store:
             chunk = groups[start : start + 100]
             n = len(chunk)
             stmt = d.cached(
-                ("runnable_counts", j.name, shape, n, with_history), lambda n=n: build(n)
+                ("runnable_counts", j.name, shape, n, with_history), partial(build, n)
             )
             params: dict[str, Any] = {f"g{i}": key for i, key in enumerate(chunk)}
             params["cap"] = cap

@@ -236,5 +236,5 @@ def start_listener(worker: Worker) -> Listener | None:
         ).scalar_one()
     )
     listener = Listener(conninfo_for(url), channel, worker._inbox.wake.set)
-    worker._listener = listener  # type: ignore[attr-defined]
+    worker._listener = listener
     return listener.start()

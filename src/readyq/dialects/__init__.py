@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any, cast
+
 from sqlalchemy.engine import Connection, Engine
 
 from readyq.dialects.base import Capabilities, ClaimRequest, Dialect
@@ -51,10 +53,10 @@ def dialect_for(engine: Engine) -> Dialect:
 def dialect_from_connection(conn: Connection) -> Dialect:
     """The dialect for the server behind an open connection, version checked."""
     cls = dialect_class(conn.dialect.name)
-    version = tuple(conn.dialect.server_version_info or ())
+    version = cast(tuple[int, ...], tuple(conn.dialect.server_version_info or ()))
     dialect: Dialect
     if cls is MySQLDialect:
-        dialect = MySQLDialect(version, is_mariadb=bool(conn.dialect.is_mariadb))
+        dialect = MySQLDialect(version, is_mariadb=bool(cast(Any, conn.dialect).is_mariadb))
     else:
         dialect = cls(version)
     dialect.check_server()

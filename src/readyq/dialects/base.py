@@ -109,7 +109,7 @@ class Dialect(ABC):
         stmt = self._statements.get(key)
         if stmt is None:
             stmt = self._statements[key] = build()
-        return stmt  # type: ignore[no-any-return]
+        return stmt
 
     # -- engine -------------------------------------------------------------------------
 

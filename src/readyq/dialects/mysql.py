@@ -138,7 +138,7 @@ def _counts_and_successors(
     cap = sa.bindparam("cap", type_=sa.Integer)
     none = sa.null()
     # Scalar subqueries: a probe that finds nothing still yields its row, with NULL.
-    parts: list[sa.Select[Any]] = [
+    parts: list[Any] = [
         sa.select(sa.literal(0), sa.literal(-1), _group_probe(t, None, types).scalar_subquery(),
                   none, none)
     ]
@@ -405,7 +405,7 @@ class MySQLDialect(Dialect):
         n = len(requests)
         merged = merged_types(first.types) is not None
 
-        def build() -> sa.CompoundSelect:
+        def build() -> sa.CompoundSelect[Any]:
             if merged:
                 return sa.union_all(
                     *(

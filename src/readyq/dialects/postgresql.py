@@ -55,7 +55,7 @@ from readyq.sql.ready import (
 
 # Quotes a table's name in the SQL written out as text (as copy_jobs does with the
 # connection's own preparer).
-_PREPARER = PGDialect().identifier_preparer
+_PREPARER = cast(Any, PGDialect)().identifier_preparer
 
 
 def _locked_head(

@@ -307,7 +307,9 @@ class SQLiteDialect(Dialect):
             # running job and re-reading the JSON for each. (A leading WITH would do it
             # too, but Python's sqlite3 reports no rowcount for a statement that does
             # not start with UPDATE.)
-            state = sa.UnaryExpression(j.c.state, operator=operators.custom_op("+"))
+            state: sa.UnaryExpression[str] = sa.UnaryExpression(
+                j.c.state, operator=operators.custom_op("+")
+            )
             return (
                 sa.update(j)
                 .where(

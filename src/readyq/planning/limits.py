@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Sequence
+from typing import cast
 
 from readyq.errors import ConfigurationError
 
@@ -16,7 +17,7 @@ Limits = Limit | Sequence[Limit]
 def normalize(limits: Limits) -> tuple[Limit, ...]:
     """Check the limits given to a worker and return them as a tuple."""
     items: tuple[Limit, ...] = (
-        tuple(limits) if isinstance(limits, (list, tuple)) else (limits,)  # type: ignore[arg-type]
+        tuple(limits) if isinstance(limits, (list, tuple)) else (cast(Limit, limits),)
     )
     if not items:
         raise ConfigurationError("concurrency needs at least one limit")

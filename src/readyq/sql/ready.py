@@ -28,7 +28,7 @@ def state_in(t: Tables, *states: str) -> sa.ColumnElement[bool]:
     generic plan on PostgreSQL cannot see a parameter's value either: with the values in
     the text, both always can.
     """
-    values = [sa.literal_column(f"'{s}'") for s in states]
+    values: list[sa.ColumnElement[str]] = [sa.literal_column(f"'{s}'") for s in states]
     if len(values) == 1:
         return t.jobs.c.state == values[0]
     return t.jobs.c.state.in_(values)

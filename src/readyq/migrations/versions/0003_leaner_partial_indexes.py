@@ -23,6 +23,8 @@ MySQL and MariaDB have no partial indexes; their indexes are left as they are.
 
 from __future__ import annotations
 
+from typing import Any
+
 import sqlalchemy as sa
 from alembic import op
 
@@ -42,7 +44,7 @@ def _is_mysql() -> bool:
     return op.get_context().dialect.name in ("mysql", "mariadb")
 
 
-def _index(name: str, table: str, columns: list[object], where: str | None) -> None:
+def _index(name: str, table: str, columns: list[Any], where: str | None) -> None:
     clause = None if where is None else sa.text(where)
     op.create_index(name, table, columns, postgresql_where=clause, sqlite_where=clause)
 
