@@ -133,14 +133,19 @@ class Listener:
             self._interrupt_w.send(b"\0")
         self._thread.join(timeout)
 
-    def _wait(self, conn: Any) -> None:
-        """Until the server sends something or ``stop()`` is called. (A selector, not
+    def _selector(self, conn: Any) -> selectors.BaseSelector:
+        """What the thread sleeps on while ``conn`` lives: its socket and the stop
+        signal. Built once per connection, not at every wait. (A selector, not
         ``select()``, which refuses descriptors past 1024 in a process with many files
         open.)"""
-        with selectors.DefaultSelector() as sel:
+        sel = selectors.DefaultSelector()
+        try:
             sel.register(conn.fileno(), selectors.EVENT_READ)
             sel.register(self._interrupt_r, selectors.EVENT_READ)
-            sel.select()
+        except BaseException:
+            sel.close()
+            raise
+        return sel
 
     def _open(self) -> Any:
         if self._connect is not None:
@@ -162,6 +167,7 @@ class Listener:
         backoff = RECONNECT_MIN
         while not self._stop.is_set():
             conn = None
+            sel = None
             try:
                 conn = self._open()
                 # The channel is a validated prefix plus hex digits: a safe identifier.
@@ -175,6 +181,7 @@ class Listener:
                         self.channel,
                     )
                     return
+                sel = self._selector(conn)
                 self.pid = int(conn.info.backend_pid)
                 self.connections += 1
                 backoff = RECONNECT_MIN
@@ -188,7 +195,7 @@ class Listener:
                     if list(conn.notifies(timeout=0)):
                         self.on_wake()
                     if not self._stop.is_set():
-                        self._wait(conn)
+                        sel.select()  # until the server sends something, or stop()
             except Exception as exc:
                 self.listening.clear()
                 self.pid = None
@@ -205,6 +212,8 @@ class Listener:
             finally:
                 self.listening.clear()
                 self.pid = None
+                if sel is not None:
+                    sel.close()
                 if conn is not None:
                     with contextlib.suppress(Exception):  # closing a dead connection
                         conn.close()

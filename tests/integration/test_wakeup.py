@@ -384,6 +384,44 @@ def test_a_listener_wakes_on_each_notification_and_stop_closes_its_connection(
         admin.dispose()
 
 
+def test_a_listener_builds_one_selector_per_connection_not_per_wake(
+    db: str, dialect_name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The listener sleeps on the same selector from one notification to the next, and
+    closes it with its connection."""
+    _pg_only(dialect_name)
+    import selectors
+
+    import readyq.wakeup as wakeup
+
+    built: list[selectors.BaseSelector] = []
+
+    class Counted(selectors.DefaultSelector):
+        def __init__(self) -> None:
+            super().__init__()
+            built.append(self)
+
+    monkeypatch.setattr(wakeup.selectors, "DefaultSelector", Counted)
+    woken = threading.Event()
+    lst = Listener(conninfo_for(sa.make_url(db)), "readyq_test_sel", woken.set)
+    admin = sa.create_engine(db, poolclass=sa.NullPool)
+    try:
+        lst.start()
+        assert lst.listening.wait(5.0)
+        for _ in range(5):
+            woken.clear()
+            with admin.begin() as conn:
+                conn.execute(sa.text("SELECT pg_notify('readyq_test_sel', '')"))
+            assert woken.wait(5.0)
+        assert lst.connections == 1 and len(built) == 1
+        lst.stop()
+        assert not lst._thread.is_alive()
+        assert built[0].get_map() is None  # closed
+    finally:
+        lst.stop()
+        admin.dispose()
+
+
 def test_a_listener_whose_socket_is_past_descriptor_1024_still_wakes(
     db: str, dialect_name: str
 ) -> None:
