@@ -51,6 +51,8 @@ class FirstConnectionsFail:
         self.failed = 0
         self.port = closed_port()
         self.path = str(tmp_path / "not-there-yet" / "readyq.db")
+        # The engine's own port and file, read at the first attempt.
+        self._real: tuple[Any, Any] | None = None
         self._lock = threading.Lock()
         event.listen(engine, "do_connect", self)
 
@@ -58,7 +60,7 @@ class FirstConnectionsFail:
         # Some SQLAlchemy versions (2.0.45) hand every connection the engine's own lists:
         # what a failing attempt changes there is put back for the next one.
         with self._lock:
-            if not hasattr(self, "_real"):
+            if self._real is None:
                 self._real = (cparams.get("port"), cargs[0] if cargs else None)
             fail = self.skip <= 0 and self.left > 0
             if self.skip > 0:

@@ -349,46 +349,11 @@ def test_an_idle_tick_reads_without_waiting_for_the_claim_lock(
 
 
 def test_a_listener_wakes_on_each_notification_and_stop_closes_its_connection(
-    db: str, dialect_name: str
-) -> None:
-    """The listener sleeps until its socket or its stop signal is readable: every
-    notification wakes it, and ``stop()`` ends its thread and its session."""
-    _pg_only(dialect_name)
-    woken = threading.Event()
-    lst = Listener(conninfo_for(sa.make_url(db)), "readyq_test_wake", woken.set)
-    admin = sa.create_engine(db, poolclass=sa.NullPool)
-    try:
-        lst.start()
-        assert lst.listening.wait(5.0)
-        pid = lst.pid
-        for _ in range(3):
-            woken.clear()
-            with admin.begin() as conn:
-                conn.execute(sa.text("SELECT pg_notify('readyq_test_wake', '')"))
-            assert woken.wait(5.0)
-        lst.stop()
-        assert not lst._thread.is_alive()
-        # The server ends the session once it reads the client's goodbye.
-        end = time.monotonic() + 5
-        with admin.connect() as conn:
-            while True:
-                alive = conn.execute(
-                    sa.text("SELECT count(*) FROM pg_stat_activity WHERE pid = :p"), {"p": pid}
-                ).scalar_one()
-                if not alive or time.monotonic() > end:
-                    break
-                time.sleep(0.01)
-        assert alive == 0
-    finally:
-        lst.stop()
-        admin.dispose()
-
-
-def test_a_listener_builds_one_selector_per_connection_not_per_wake(
     db: str, dialect_name: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The listener sleeps on the same selector from one notification to the next, and
-    closes it with its connection."""
+    """The listener sleeps until its socket or its stop signal is readable: every
+    notification wakes it, on the one selector it built for its connection, and
+    ``stop()`` ends its thread, closes that selector and ends its session."""
     _pg_only(dialect_name)
     import selectors
 
@@ -403,20 +368,32 @@ def test_a_listener_builds_one_selector_per_connection_not_per_wake(
 
     monkeypatch.setattr(wakeup.selectors, "DefaultSelector", Counted)
     woken = threading.Event()
-    lst = Listener(conninfo_for(sa.make_url(db)), "readyq_test_sel", woken.set)
+    lst = Listener(conninfo_for(sa.make_url(db)), "readyq_test_wake", woken.set)
     admin = sa.create_engine(db, poolclass=sa.NullPool)
     try:
         lst.start()
         assert lst.listening.wait(5.0)
-        for _ in range(5):
+        pid = lst.pid
+        for _ in range(3):
             woken.clear()
             with admin.begin() as conn:
-                conn.execute(sa.text("SELECT pg_notify('readyq_test_sel', '')"))
+                conn.execute(sa.text("SELECT pg_notify('readyq_test_wake', '')"))
             assert woken.wait(5.0)
-        assert lst.connections == 1 and len(built) == 1
+        assert lst.connections == 1 and len(built) == 1  # not one per wake-up
         lst.stop()
         assert not lst._thread.is_alive()
         assert built[0].get_map() is None  # closed
+        # The server ends the session once it reads the client's goodbye.
+        end = time.monotonic() + 5
+        with admin.connect() as conn:
+            while True:
+                alive = conn.execute(
+                    sa.text("SELECT count(*) FROM pg_stat_activity WHERE pid = :p"), {"p": pid}
+                ).scalar_one()
+                if not alive or time.monotonic() > end:
+                    break
+                time.sleep(0.01)
+        assert alive == 0
     finally:
         lst.stop()
         admin.dispose()
