@@ -32,6 +32,7 @@ import asyncio
 import contextlib
 import json
 import resource
+import secrets
 import sys
 import time
 
@@ -124,53 +125,85 @@ async def _procrastinate(cfg: dict) -> None:
 
 # ------------------------------------------------------------------------ minimal loops
 #
-# Table bench_jobs(id, state, locked_by, result).  Each round claims up to
-# `batch` ready rows in one transaction, runs the no-op for each, then marks
-# them done in one transaction guarded by state='running' AND locked_by=me.
-# cfg["finish"]: "set" = one UPDATE for the whole batch; "each" = one UPDATE
-# per job (one round trip per job), still in a single transaction.
+# Two forms, cfg["form"]:
+#
+# "bare": table bench_jobs(id, state, locked_by, result). A round claims up to `batch`
+#   ready rows in one transaction, runs the no-op for each, then marks them all done
+#   with one UPDATE guarded by state = 'running' AND locked_by = me. No lease expiry
+#   (a crashed worker's jobs stay running forever) and no per-job result: the least
+#   work any claim/finish loop can do, not a queue anyone could run.
+# "correct": table bench_jobs(id, state, payload, attempts, lease_token, lease_expires,
+#   result), with the index a reclaimer needs on the leases. The claim takes a lease
+#   with a fresh token and an expiry and reads the jobs' payloads; each job's payload is
+#   decoded, the no-op runs on it, its result is encoded; one transaction then writes
+#   each job's own result with its own UPDATE, fenced by the job's lease token (the
+#   driver's executemany). What a queue needs at least to survive a crashed or stalled
+#   worker without losing or double-finishing a job.
+
+LEASE_SECONDS = 60
+
+
+def _noop(args: object) -> None:
+    return None
+
+
+def _run_claimed(rows: list, token: int) -> list[tuple[str, int, int]]:
+    """Decode each claimed job's payload, run the no-op, encode its result."""
+    return [(json.dumps(_noop(json.loads(payload))), job_id, token) for job_id, payload in rows]
 
 
 def _minimal_postgresql(cfg: dict) -> None:
     import psycopg
 
-    me, batch, each = cfg["worker_id"], cfg["batch"], cfg["finish"] == "each"
+    me, batch, correct = cfg["worker_id"], cfg["batch"], cfg["form"] == "correct"
     conn = psycopg.connect(cfg["dsn"], autocommit=True)  # one statement = one transaction
     with contextlib.suppress(psycopg.Error):
         conn.execute("SELECT pg_stat_force_next_flush()")  # PostgreSQL 15+
-    claim = (
-        "WITH c AS (SELECT id FROM bench_jobs WHERE state = 'ready' ORDER BY id"
-        " LIMIT %s FOR UPDATE SKIP LOCKED)"
-        " UPDATE bench_jobs j SET state = 'running', locked_by = %s"
-        " FROM c WHERE j.id = c.id RETURNING j.id"
-    )
+    if correct:
+        claim = (
+            "WITH c AS (SELECT id FROM bench_jobs WHERE state = 'ready' ORDER BY id"
+            " LIMIT %s FOR UPDATE SKIP LOCKED)"
+            " UPDATE bench_jobs j SET state = 'running', attempts = j.attempts + 1,"
+            " lease_token = %s, lease_expires = now() + make_interval(secs => %s)"
+            " FROM c WHERE j.id = c.id RETURNING j.id, j.payload"
+        )
+    else:
+        claim = (
+            "WITH c AS (SELECT id FROM bench_jobs WHERE state = 'ready' ORDER BY id"
+            " LIMIT %s FOR UPDATE SKIP LOCKED)"
+            " UPDATE bench_jobs j SET state = 'running', locked_by = %s"
+            " FROM c WHERE j.id = c.id RETURNING j.id"
+        )
     finish_set = (
         "UPDATE bench_jobs SET state = 'done', result = 'ok'"
         " WHERE id = ANY(%s) AND state = 'running' AND locked_by = %s"
     )
     finish_one = (
-        "UPDATE bench_jobs SET state = 'done', result = 'ok'"
-        " WHERE id = %s AND state = 'running' AND locked_by = %s"
+        "UPDATE bench_jobs SET state = 'done', result = %s, lease_token = NULL,"
+        " lease_expires = NULL WHERE id = %s AND lease_token = %s AND state = 'running'"
     )
     executed = lost = commits = 0
     _wait_for_go()
     cpu0 = _cpu()
     while True:
-        ids = [r[0] for r in conn.execute(claim, (batch, me)).fetchall()]
+        token = secrets.randbits(62)
+        params = (batch, token, LEASE_SECONDS) if correct else (batch, me)
+        rows = conn.execute(claim, params).fetchall()
         commits += 1
-        if not ids:
+        if not rows:
             break
-        for _ in ids:
-            executed += 1  # the no-op job body
-        if each and len(ids) > 1:
-            n = 0
-            with conn.transaction():
-                for i in ids:
-                    n += conn.execute(finish_one, (i, me)).rowcount
+        if correct:
+            results = _run_claimed(rows, token)
+            executed += len(results)
+            with conn.transaction(), conn.cursor() as cur:
+                cur.executemany(finish_one, results)
+                n = cur.rowcount
         else:
+            ids = [r[0] for r in rows]
+            executed += len(ids)  # the no-op job bodies
             n = conn.execute(finish_set, (ids, me)).rowcount
         commits += 1
-        lost += len(ids) - n
+        lost += len(rows) - n
     done = time.monotonic()
     cpu = _cpu() - cpu0
     conn.close()
@@ -182,40 +215,51 @@ def _minimal_postgresql(cfg: dict) -> None:
 def _minimal_mariadb(cfg: dict) -> None:
     import pymysql
 
-    me, batch, each = cfg["worker_id"], cfg["batch"], cfg["finish"] == "each"
+    me, batch, correct = cfg["worker_id"], cfg["batch"], cfg["form"] == "correct"
     conn = pymysql.connect(**cfg["connect"], autocommit=False)
     cur = conn.cursor()
     cur.execute("SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED")
     select = (
-        "SELECT id FROM bench_jobs WHERE state = 'ready' ORDER BY id"
-        " LIMIT %s FOR UPDATE SKIP LOCKED"
+        f"SELECT id{', payload' if correct else ''} FROM bench_jobs WHERE state = 'ready'"
+        " ORDER BY id LIMIT %s FOR UPDATE SKIP LOCKED"
     )
     finish_one = (
-        "UPDATE bench_jobs SET state = 'done', result = 'ok'"
-        " WHERE id = %s AND state = 'running' AND locked_by = %s"
+        "UPDATE bench_jobs SET state = 'done', result = %s, lease_token = NULL,"
+        " lease_expires = NULL WHERE id = %s AND lease_token = %s AND state = 'running'"
     )
     executed = lost = commits = 0
     _wait_for_go()
     cpu0 = _cpu()
     while True:
         cur.execute(select, (batch,))
-        ids = [r[0] for r in cur.fetchall()]
-        if not ids:
+        rows = cur.fetchall()
+        if not rows:
             conn.commit()
             commits += 1
             break
+        ids = [r[0] for r in rows]
         marks = ",".join(["%s"] * len(ids))
-        cur.execute(
-            f"UPDATE bench_jobs SET state = 'running', locked_by = %s WHERE id IN ({marks})",
-            (me, *ids),
-        )
+        token = secrets.randbits(62)
+        if correct:
+            cur.execute(
+                "UPDATE bench_jobs SET state = 'running', attempts = attempts + 1,"
+                " lease_token = %s, lease_expires = NOW(6) + INTERVAL %s SECOND"
+                f" WHERE id IN ({marks})",
+                (token, LEASE_SECONDS, *ids),
+            )
+        else:
+            cur.execute(
+                f"UPDATE bench_jobs SET state = 'running', locked_by = %s WHERE id IN ({marks})",
+                (me, *ids),
+            )
         conn.commit()
         commits += 1
-        for _ in ids:
-            executed += 1  # the no-op job body
-        if each:
-            n = sum(cur.execute(finish_one, (i, me)) for i in ids)
+        if correct:
+            results = _run_claimed(rows, token)
+            executed += len(results)
+            n = cur.executemany(finish_one, results)  # one UPDATE per job
         else:
+            executed += len(ids)  # the no-op job bodies
             n = cur.execute(
                 "UPDATE bench_jobs SET state = 'done', result = 'ok'"
                 f" WHERE id IN ({marks}) AND state = 'running' AND locked_by = %s",
@@ -235,35 +279,47 @@ def _minimal_mariadb(cfg: dict) -> None:
 def _minimal_sqlite(cfg: dict) -> None:
     import sqlite3
 
-    me, batch, each = cfg["worker_id"], cfg["batch"], cfg["finish"] == "each"
+    me, batch, correct = cfg["worker_id"], cfg["batch"], cfg["form"] == "correct"
     # isolation_level=None: no implicit transactions, we issue BEGIN/COMMIT.
     conn = sqlite3.connect(cfg["path"], timeout=60, isolation_level=None)
     conn.execute("PRAGMA journal_mode=WAL")  # already WAL; synchronous left at default
-    claim = (
-        "UPDATE bench_jobs SET state = 'running', locked_by = ?"
-        " WHERE id IN (SELECT id FROM bench_jobs WHERE state = 'ready' ORDER BY id LIMIT ?)"
-        " RETURNING id"
-    )
+    if correct:
+        claim = (
+            "UPDATE bench_jobs SET state = 'running', attempts = attempts + 1,"
+            " lease_token = ?, lease_expires = (julianday('now') - 2440587.5) * 86400.0 + ?"
+            " WHERE id IN (SELECT id FROM bench_jobs WHERE state = 'ready' ORDER BY id LIMIT ?)"
+            " RETURNING id, payload"
+        )
+    else:
+        claim = (
+            "UPDATE bench_jobs SET state = 'running', locked_by = ?"
+            " WHERE id IN (SELECT id FROM bench_jobs WHERE state = 'ready' ORDER BY id LIMIT ?)"
+            " RETURNING id"
+        )
     finish_one = (
-        "UPDATE bench_jobs SET state = 'done', result = 'ok'"
-        " WHERE id = ? AND state = 'running' AND locked_by = ?"
+        "UPDATE bench_jobs SET state = 'done', result = ?, lease_token = NULL,"
+        " lease_expires = NULL WHERE id = ? AND lease_token = ? AND state = 'running'"
     )
     executed = lost = commits = 0
     _wait_for_go()
     cpu0 = _cpu()
     while True:
+        token = secrets.randbits(62)
         conn.execute("BEGIN IMMEDIATE")
-        ids = [r[0] for r in conn.execute(claim, (me, batch)).fetchall()]
+        params = (token, LEASE_SECONDS, batch) if correct else (me, batch)
+        rows = conn.execute(claim, params).fetchall()
         conn.execute("COMMIT")
         commits += 1
-        if not ids:
+        if not rows:
             break
-        for _ in ids:
-            executed += 1  # the no-op job body
         conn.execute("BEGIN IMMEDIATE")
-        if each:
-            n = sum(conn.execute(finish_one, (i, me)).rowcount for i in ids)
+        if correct:
+            results = _run_claimed(rows, token)
+            executed += len(results)
+            n = conn.executemany(finish_one, results).rowcount  # summed over the jobs
         else:
+            ids = [r[0] for r in rows]
+            executed += len(ids)  # the no-op job bodies
             marks = ",".join("?" * len(ids))
             n = conn.execute(
                 "UPDATE bench_jobs SET state = 'done', result = 'ok'"
@@ -272,7 +328,7 @@ def _minimal_sqlite(cfg: dict) -> None:
             ).rowcount
         conn.execute("COMMIT")
         commits += 1
-        lost += len(ids) - n
+        lost += len(rows) - n
     done = time.monotonic()
     cpu = _cpu() - cpu0
     conn.close()

@@ -15,21 +15,24 @@ Three adapters, each a plain function returning a :class:`PeerResult`:
     ``processes`` workers each running ``run_worker_async(concurrency=...,
     wait=False)`` with the other options at their defaults.
 
-``run_minimal_loop(url, jobs, processes, batch, *, finish="set")``
-    A minimal correct claim/finish loop written directly against the driver,
-    on PostgreSQL (psycopg, fresh database ``bench_min``), MariaDB/MySQL
-    (pymysql, READ COMMITTED, fresh database ``bench_min``) or SQLite
-    (sqlite3, WAL, default ``synchronous``; the file named in the URL, or a
-    temporary one).  Table ``bench_jobs(id, state, locked_by, result)``; a
-    round claims up to ``batch`` ready rows in one transaction
-    (PostgreSQL: ``UPDATE ... FROM (SELECT ... FOR UPDATE SKIP LOCKED)
-    RETURNING``; MariaDB: ``SELECT ... FOR UPDATE SKIP LOCKED`` then
-    ``UPDATE`` by id; SQLite: ``BEGIN IMMEDIATE`` + ``UPDATE ... RETURNING``),
-    runs the no-op for each, and marks them done in one transaction guarded by
-    ``state = 'running' AND locked_by = me`` -- with one UPDATE for the batch
-    (``finish="set"``) or one UPDATE per job (``finish="each"``, one round trip
-    per job, as a job recording its own result would).  ``batch=1`` is the
-    per-job loop.
+``run_minimal_loop(url, jobs, processes, batch, *, form="bare")``
+    A claim/finish loop written directly against the driver, on PostgreSQL
+    (psycopg, fresh database ``bench_min``), MariaDB/MySQL (pymysql, READ
+    COMMITTED, fresh database ``bench_min``) or SQLite (sqlite3, WAL, default
+    ``synchronous``; the file named in the URL, or a temporary one).  A round
+    claims up to ``batch`` ready rows in one transaction (PostgreSQL: ``UPDATE
+    ... FROM (SELECT ... FOR UPDATE SKIP LOCKED) RETURNING``; MariaDB: ``SELECT
+    ... FOR UPDATE SKIP LOCKED`` then ``UPDATE`` by id; SQLite: ``BEGIN
+    IMMEDIATE`` + ``UPDATE ... RETURNING``), runs the no-op for each, and
+    finishes them in one transaction.  ``form="correct"``: the claim takes a
+    lease with a fresh token and an expiry (indexed, for a reclaimer) and reads
+    each job's JSON payload; the payload is decoded, the no-op's result encoded,
+    and each job's result is written with its own UPDATE fenced by its lease
+    token (the driver's ``executemany``): the least a queue can do and still
+    survive a crashed worker.  ``form="bare"``: no payload, no lease expiry, the
+    batch marked done with one UPDATE guarded by ``locked_by = me``: a floor,
+    not a queue (a crashed worker's jobs would stay running).  ``batch=1`` is
+    the per-job loop.
 
 URLs: ``postgresql://user@host:port/db`` (``postgresql+psycopg://`` is
 accepted too), ``mysql+pymysql://root@host:3306/db`` (or ``mysql://``,
@@ -60,7 +63,7 @@ What is measured, the same way for every system:
   divided by ``jobs``.  It counts every transaction, read-only ones too (for
   Procrastinate half of its 4 per job are the connection pool's empty
   health-check queries), plus a handful of worker start-up / shut-down ones.
-  MariaDB and SQLite: the commits the minimal loop issued.
+  MariaDB and SQLite: the commits the loop issued.
 * After each run the database is checked: every job finished exactly once (a
   run that did not drain raises ``RuntimeError``).
 
@@ -465,21 +468,21 @@ def run_minimal_loop(
     processes: int,
     batch: int,
     *,
-    finish: str = "set",
+    form: str = "bare",
     db_name: str = "bench_min",
 ) -> PeerResult:
     """Reference claim/no-op/finish loop on PostgreSQL, MariaDB/MySQL or SQLite.
 
-    ``finish="set"`` marks a claimed batch done with one UPDATE; ``finish="each"``
-    issues one UPDATE per job (a round trip per job), still in one transaction.
+    ``form="bare"`` marks a claimed batch done with one UPDATE and keeps no lease
+    expiry; ``form="correct"`` takes leases with a token and an expiry, decodes each
+    payload and records each job's own result with its own fenced UPDATE, in one
+    transaction (see ``bench/peer_worker.py``).
     """
-    if finish not in ("set", "each"):
-        raise ValueError("finish must be 'set' or 'each'")
+    if form not in FORMS:
+        raise ValueError(f"form must be one of {sorted(FORMS)}, not {form!r}")
     scheme = urlsplit(url).scheme.split("+", 1)[0]
-    system = f"minimal loop (batch {batch})"
-    if finish == "each" and batch > 1:
-        system = f"minimal loop (batch {batch}, per-job finish)"
-    base = {"batch": batch, "finish": finish}
+    system = f"{form} loop (batch {batch})"
+    base = {"batch": batch, "form": form}
     if scheme in ("postgresql", "postgres"):
         return _minimal_postgresql(url, jobs, processes, base, db_name, system)
     if scheme in ("mysql", "mariadb"):
@@ -487,6 +490,9 @@ def run_minimal_loop(
     if scheme == "sqlite":
         return _minimal_sqlite(url, jobs, processes, base, system)
     raise ValueError(f"unsupported URL scheme in {url!r}")
+
+
+FORMS = ("bare", "correct")
 
 
 def _worker_configs(base: dict, processes: int) -> list[dict]:
@@ -500,14 +506,32 @@ def _minimal_postgresql(
 
     dsn = _fresh_pg_database(url, db_name)
     with psycopg.connect(dsn, autocommit=True) as conn:
-        conn.execute(
-            "CREATE TABLE bench_jobs (id bigserial PRIMARY KEY,"
-            " state text NOT NULL DEFAULT 'ready', locked_by text, result text)"
-        )
+        if base["form"] == "correct":
+            conn.execute(
+                "CREATE TABLE bench_jobs (id bigserial PRIMARY KEY,"
+                " state text NOT NULL DEFAULT 'ready', payload text NOT NULL,"
+                " attempts integer NOT NULL DEFAULT 0, lease_token bigint,"
+                " lease_expires timestamptz, result text)"
+            )
+            conn.execute(
+                "CREATE INDEX bench_jobs_leases ON bench_jobs (lease_expires)"
+                " WHERE state = 'running'"
+            )
+            conn.execute(
+                "INSERT INTO bench_jobs (payload) SELECT json_build_object('i', i)::text"
+                " FROM generate_series(1, %s) AS i",
+                (jobs,),
+            )
+        else:
+            conn.execute(
+                "CREATE TABLE bench_jobs (id bigserial PRIMARY KEY,"
+                " state text NOT NULL DEFAULT 'ready', locked_by text, result text)"
+            )
+            conn.execute(
+                "INSERT INTO bench_jobs (state) SELECT 'ready' FROM generate_series(1, %s)",
+                (jobs,),
+            )
         conn.execute("CREATE INDEX bench_jobs_ready ON bench_jobs (id) WHERE state = 'ready'")
-        conn.execute(
-            "INSERT INTO bench_jobs (state) SELECT 'ready' FROM generate_series(1, %s)", (jobs,)
-        )
         conn.execute("VACUUM ANALYZE bench_jobs")
     stats = _PgCommits(url, db_name)
     try:
@@ -553,14 +577,34 @@ def _minimal_mariadb(
         cur.execute(f"DROP DATABASE IF EXISTS `{db_name}`")
         cur.execute(f"CREATE DATABASE `{db_name}`")
         cur.execute(f"USE `{db_name}`")
-        cur.execute(
-            "CREATE TABLE bench_jobs (id BIGINT AUTO_INCREMENT PRIMARY KEY,"
-            " state VARCHAR(16) NOT NULL DEFAULT 'ready', locked_by VARCHAR(64),"
-            " result VARCHAR(64), KEY bench_jobs_state (state, id)) ENGINE=InnoDB"
-        )
-        for start in range(0, jobs, 5000):
-            n = min(5000, jobs - start)
-            cur.execute("INSERT INTO bench_jobs (state) VALUES " + ",".join(["('ready')"] * n))
+        if base["form"] == "correct":
+            # No partial indexes: the leases' index leads with the state.
+            cur.execute(
+                "CREATE TABLE bench_jobs (id BIGINT AUTO_INCREMENT PRIMARY KEY,"
+                " state VARCHAR(16) NOT NULL DEFAULT 'ready', payload TEXT NOT NULL,"
+                " attempts INT NOT NULL DEFAULT 0, lease_token BIGINT,"
+                " lease_expires DATETIME(6), result TEXT,"
+                " KEY bench_jobs_state (state, id),"
+                " KEY bench_jobs_leases (state, lease_expires)) ENGINE=InnoDB"
+            )
+            for start in range(0, jobs, 5000):
+                payloads = [json.dumps({"i": i}) for i in range(start, min(start + 5000, jobs))]
+                cur.execute(
+                    "INSERT INTO bench_jobs (payload) VALUES "
+                    + ",".join(["(%s)"] * len(payloads)),
+                    payloads,
+                )
+        else:
+            cur.execute(
+                "CREATE TABLE bench_jobs (id BIGINT AUTO_INCREMENT PRIMARY KEY,"
+                " state VARCHAR(16) NOT NULL DEFAULT 'ready', locked_by VARCHAR(64),"
+                " result VARCHAR(64), KEY bench_jobs_state (state, id)) ENGINE=InnoDB"
+            )
+            for start in range(0, jobs, 5000):
+                n = min(5000, jobs - start)
+                cur.execute(
+                    "INSERT INTO bench_jobs (state) VALUES " + ",".join(["('ready')"] * n)
+                )
         cur.execute("ANALYZE TABLE bench_jobs")
         cur.fetchall()
     finally:
@@ -596,15 +640,31 @@ def _minimal_sqlite(url: str, jobs: int, processes: int, base: dict, system: str
             Path(str(path) + suffix).unlink(missing_ok=True)
         conn = sqlite3.connect(path, isolation_level=None)
         conn.execute("PRAGMA journal_mode=WAL")
-        conn.execute(
-            "CREATE TABLE bench_jobs (id INTEGER PRIMARY KEY,"
-            " state TEXT NOT NULL DEFAULT 'ready', locked_by TEXT, result TEXT)"
-        )
-        conn.execute("CREATE INDEX bench_jobs_ready ON bench_jobs (id) WHERE state = 'ready'")
         conn.execute("BEGIN")
-        conn.executemany(
-            "INSERT INTO bench_jobs (state) VALUES ('ready')", ([] for _ in range(jobs))
-        )
+        if base["form"] == "correct":
+            conn.execute(
+                "CREATE TABLE bench_jobs (id INTEGER PRIMARY KEY,"
+                " state TEXT NOT NULL DEFAULT 'ready', payload TEXT NOT NULL,"
+                " attempts INTEGER NOT NULL DEFAULT 0, lease_token INTEGER,"
+                " lease_expires REAL, result TEXT)"
+            )
+            conn.execute(
+                "CREATE INDEX bench_jobs_leases ON bench_jobs (lease_expires)"
+                " WHERE state = 'running'"
+            )
+            conn.executemany(
+                "INSERT INTO bench_jobs (payload) VALUES (?)",
+                ((json.dumps({"i": i}),) for i in range(jobs)),
+            )
+        else:
+            conn.execute(
+                "CREATE TABLE bench_jobs (id INTEGER PRIMARY KEY,"
+                " state TEXT NOT NULL DEFAULT 'ready', locked_by TEXT, result TEXT)"
+            )
+            conn.executemany(
+                "INSERT INTO bench_jobs (state) VALUES ('ready')", ([] for _ in range(jobs))
+            )
+        conn.execute("CREATE INDEX bench_jobs_ready ON bench_jobs (id) WHERE state = 'ready'")
         conn.execute("COMMIT")
         conn.execute("ANALYZE")
         conn.close()
@@ -671,12 +731,6 @@ def main(argv: list[str] | None = None) -> int:
         " would take most of the time budget; 0 = use --jobs for them too (default 2000)",
     )
     ap.add_argument(
-        "--no-per-job-finish",
-        action="store_true",
-        help="leave out the minimal loop that claims 100 but finishes each job with its"
-        " own UPDATE (in one transaction)",
-    )
-    ap.add_argument(
         "--pg-url", default=DEFAULT_PG_URL,
         help="PostgreSQL server; bench_pgq / bench_proc / bench_min are (re)created on it",
     )
@@ -725,14 +779,11 @@ def main(argv: list[str] | None = None) -> int:
     ):
         if down:
             continue
-        for b, fin in ((1, "set"), (100, "set"), (100, "each")):
-            if fin == "each" and args.no_per_job_finish:
-                continue
+        for b, form in ((1, "correct"), (100, "bare"), (100, "correct")):
             n = slow if b == 1 else args.jobs
-            label = f"minimal loop (batch {b}{', per-job finish' if fin == 'each' else ''})"
             configs.append(
-                (label, db, n,
-                 lambda p, n, url=url, b=b, fin=fin: run_minimal_loop(url, n, p, b, finish=fin))
+                (f"{form} loop (batch {b})", db, n,
+                 lambda p, n, url=url, b=b, form=form: run_minimal_loop(url, n, p, b, form=form))
             )
     if args.only:
         configs = [c for c in configs if args.only.lower() in f"{c[0]} {c[1]}".lower()]

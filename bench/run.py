@@ -13,10 +13,12 @@ the machine is shared and noisy: compare the ratios, not the absolute numbers.
   starts, and readyq's workers call ``Worker.prepare()`` then (see
   ``bench/peer_worker.py``); each worker is done when it first finds nothing left to
   claim. Peers: PGQueuer and Procrastinate when
-  installed (``pip install readyq[bench]``), and a minimal correct claim/finish loop per
-  database written straight against the driver, in two forms: claiming 100 jobs per
-  transaction and marking them done with one UPDATE (no per-job result), or with one
-  UPDATE per job (each job's own result, fenced) in one transaction. Each round runs
+  installed (``pip install readyq[bench]``), and two claim/finish loops per database
+  written straight against the driver, claiming 100 jobs per transaction: the correct
+  loop (leases with a token and an expiry, each payload decoded, each job's result
+  written with its own UPDATE fenced by its token, in one transaction) and the bare
+  loop (no payload, no lease expiry, the batch marked done with one UPDATE: a floor,
+  not a queue; see ``bench/peers.py``). Each round runs
   every configuration once; the table shows the medians of the rounds. On PostgreSQL,
   readyq and PGQueuer also run with batches of 500 (PGQueuer runs faster with batches
   larger than 100 on this machine), and readyq once more at 500 without ``prepare()``
@@ -542,10 +544,10 @@ def main(argv: list[str] | None = None) -> int:
                 configs.append((f"chains {kind}", lambda kind=kind, url=url, p=p: run_readyq(
                     kind, url, args.jobs, p, args.batch, chains=True)))
                 minimal_url = peers._pg_url(url) if kind == "postgresql" else (url or "sqlite://")
-                configs.append((f"minimal {kind}", lambda u=minimal_url, p=p: from_peer(
-                    peers.run_minimal_loop(u, args.jobs, p, 100))))
-                configs.append((f"minimal-each {kind}", lambda u=minimal_url, p=p: from_peer(
-                    peers.run_minimal_loop(u, args.jobs, p, 100, finish="each"))))
+                for form in peers.FORMS:
+                    configs.append((f"{form} loop {kind}", lambda u=minimal_url, p=p, f=form:
+                                    from_peer(peers.run_minimal_loop(u, args.jobs, p, 100,
+                                                                     form=f))))
             if "peers" not in args.skip:
                 configs += [
                     ("pgq100", lambda p=p: from_peer(peers.run_pgqueuer(pg, args.jobs, p, 100))),
@@ -571,7 +573,7 @@ def main(argv: list[str] | None = None) -> int:
                     try:
                         runs[label].append(fn())
                     except Exception as exc:  # a peer not installed or failing
-                        if label.startswith(("readyq", "minimal")):
+                        if label.startswith("readyq") or " loop " in label:
                             raise
                         log(f"  {label}: skipped ({exc.__class__.__name__}: {exc})")
                         skipped.add(label)
