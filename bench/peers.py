@@ -727,7 +727,7 @@ def main(argv: list[str] | None = None) -> int:
         type=int,
         default=2_000,
         help="job count for the configurations that commit per job (Procrastinate,"
-        " minimal loop batch 1), which run at a few hundred jobs/s: 10,000 of them"
+        " correct loop batch 1), which run at a few hundred jobs/s: 10,000 of them"
         " would take most of the time budget; 0 = use --jobs for them too (default 2000)",
     )
     ap.add_argument(
