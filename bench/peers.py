@@ -288,6 +288,9 @@ def _run_workers(
             if p.poll() is None:
                 p.kill()
                 p.wait()
+            for pipe in (p.stdin, p.stdout):
+                if pipe is not None:
+                    pipe.close()
         for err in errs:
             err.close()
     commits = [r["commits"] for r in results]

@@ -221,8 +221,9 @@ def run_readyq(
     *,
     chains: bool = False,
     prepared: bool = True,
+    db_name: str = "bench_readyq",
 ) -> Row:
-    url = fresh_database(kind, base_url, "bench_readyq")
+    url = fresh_database(kind, base_url, db_name)
     queue = readyq.Queue(url)
     queue.create_schema()
 
@@ -246,7 +247,7 @@ def run_readyq(
     pg_stats = None
     before = 0
     if kind == "postgresql":
-        pg_stats = peers._PgCommits(peers._pg_url(base_url), "bench_readyq")
+        pg_stats = peers._PgCommits(peers._pg_url(base_url), db_name)
         pg_stats.wait_no_backends()
 
         def hook() -> None:

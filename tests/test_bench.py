@@ -1,0 +1,82 @@
+"""The benchmark still runs on each database: the reference loops drain their jobs exactly
+once, and readyq's run passes the benchmark's own checks (every job done once, the peak
+in flight within the cap, the groups' shares, the dependency order). A few hundred jobs
+each; no speed is asserted (``python bench/run.py`` measures it)."""
+
+from __future__ import annotations
+
+import sys
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import sqlalchemy as sa
+
+from conftest import DIALECTS, MARIADB_URL, PG_URL
+
+BENCH = Path(__file__).resolve().parent.parent / "bench"
+sys.path.insert(0, str(BENCH))
+
+import peers  # noqa: E402
+import run  # noqa: E402
+
+JOBS = 280  # 40 per weight unit of the groups (3:2:1:1)
+
+
+def _server_url(kind: str) -> str:
+    return {"postgresql": PG_URL, "mariadb": MARIADB_URL, "sqlite": "sqlite://"}[kind]
+
+
+@pytest.fixture(params=DIALECTS)
+def server(request: pytest.FixtureRequest) -> Iterator[tuple[str, str, str]]:
+    """(kind, server URL, a database name of this test's own), the database dropped after."""
+    kind = request.param
+    name = "bench_t" + uuid.uuid4().hex[:10]
+    yield kind, _server_url(kind), name
+    if kind == "sqlite":
+        return
+    admin = sa.create_engine(_server_url(kind), isolation_level="AUTOCOMMIT",
+                             poolclass=sa.NullPool)
+    with admin.connect() as conn:
+        force = " WITH (FORCE)" if kind == "postgresql" else ""
+        conn.exec_driver_sql(f"DROP DATABASE IF EXISTS {name}{force}")
+    admin.dispose()
+
+
+@pytest.mark.parametrize("form", peers.FORMS)
+def test_a_reference_loop_finishes_every_job_once(
+    server: tuple[str, str, str], form: str
+) -> None:
+    kind, url, name = server
+    if kind == "postgresql":
+        url = peers._pg_url(url)
+    # Two processes claim at once: the loop raises unless each job was run and recorded
+    # done exactly once.
+    result = peers.run_minimal_loop(url, JOBS, 2, 25, form=form, db_name=name)
+    assert result.system == f"{form} loop (batch 25)"
+    assert result.jobs == JOBS
+    assert result.jobs_per_s > 0
+    assert result.commits_per_job is not None and result.commits_per_job >= 2 / 25
+
+
+def test_the_loops_refuse_an_unknown_form() -> None:
+    with pytest.raises(ValueError, match="form must be one of"):
+        peers.run_minimal_loop("sqlite://", 10, 1, 5, form="each")
+
+
+@pytest.mark.parametrize("chains", [False, True], ids=["independent", "chains"])
+def test_readyq_passes_the_benchmarks_checks(
+    server: tuple[str, str, str], chains: bool
+) -> None:
+    kind, url, name = server
+    row = run.run_readyq(kind, url, JOBS, 2, 10, chains=chains, db_name=name)
+    assert row.jobs == JOBS
+    assert row.cap == 20
+    assert row.peak is not None and 0 < row.peak <= row.cap
+    if chains:
+        assert row.edges == JOBS - JOBS // run.CHAIN
+        assert row.early == 0
+    else:
+        assert row.shares is not None and set(row.shares) == set(run.GROUPS)
+        assert sum(row.shares.values()) == pytest.approx(1.0)
