@@ -13,8 +13,6 @@ from pathlib import Path
 import pytest
 import sqlalchemy as sa
 
-from conftest import DIALECTS, MARIADB_URL, PG_URL
-
 BENCH = Path(__file__).resolve().parent.parent / "bench"
 sys.path.insert(0, str(BENCH))
 
@@ -24,20 +22,21 @@ import run  # noqa: E402
 JOBS = 280  # 40 per weight unit of the groups (3:2:1:1)
 
 
-def _server_url(kind: str) -> str:
-    return {"postgresql": PG_URL, "mariadb": MARIADB_URL, "sqlite": "sqlite://"}[kind]
-
-
-@pytest.fixture(params=DIALECTS)
-def server(request: pytest.FixtureRequest) -> Iterator[tuple[str, str, str]]:
-    """(kind, server URL, a database name of this test's own), the database dropped after."""
-    kind = request.param
+@pytest.fixture
+def server(db: str, dialect_name: str) -> Iterator[tuple[str, str, str]]:
+    """(database kind, the server's URL, the name of a database of this test's own): the
+    benchmark makes its databases itself, next to the one the URL names; this one is
+    dropped after the test."""
+    kind = dialect_name
     name = "bench_t" + uuid.uuid4().hex[:10]
-    yield kind, _server_url(kind), name
+    url = sa.make_url(db)
+    if kind == "postgresql":
+        url = url.set(query={})  # not the test's own search path: another database
+    server_url = url.render_as_string(hide_password=False)
+    yield kind, server_url, name
     if kind == "sqlite":
         return
-    admin = sa.create_engine(_server_url(kind), isolation_level="AUTOCOMMIT",
-                             poolclass=sa.NullPool)
+    admin = sa.create_engine(server_url, isolation_level="AUTOCOMMIT", poolclass=sa.NullPool)
     with admin.connect() as conn:
         force = " WITH (FORCE)" if kind == "postgresql" else ""
         conn.exec_driver_sql(f"DROP DATABASE IF EXISTS {name}{force}")
