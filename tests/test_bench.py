@@ -6,6 +6,7 @@ each; no speed is asserted (``python bench/run.py`` measures it)."""
 from __future__ import annotations
 
 import sys
+import tempfile
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -23,10 +24,14 @@ JOBS = 280  # 40 per weight unit of the groups (3:2:1:1)
 
 
 @pytest.fixture
-def server(db: str, dialect_name: str) -> Iterator[tuple[str, str, str]]:
+def server(
+    db: str, dialect_name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[tuple[str, str, str]]:
     """(database kind, the server's URL, the name of a database of this test's own): the
     benchmark makes its databases itself, next to the one the URL names; this one is
-    dropped after the test."""
+    dropped after the test. Its temporary files (SQLite databases, timings) go to the
+    test's own directory."""
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     kind = dialect_name
     name = "bench_t" + uuid.uuid4().hex[:10]
     url = sa.make_url(db)
