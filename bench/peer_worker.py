@@ -141,6 +141,11 @@ async def _procrastinate(cfg: dict) -> None:
 #   worker without losing or double-finishing a job.
 
 LEASE_SECONDS = 60
+# The correct loop's finish of one job (result, id, token), fenced by its lease token.
+FINISH_ONE = (
+    "UPDATE bench_jobs SET state = 'done', result = %s, lease_token = NULL,"
+    " lease_expires = NULL WHERE id = %s AND lease_token = %s AND state = 'running'"
+)
 
 
 def _noop(args: object) -> None:
@@ -178,15 +183,12 @@ def _minimal_postgresql(cfg: dict) -> None:
         "UPDATE bench_jobs SET state = 'done', result = 'ok'"
         " WHERE id = ANY(%s) AND state = 'running' AND locked_by = %s"
     )
-    finish_one = (
-        "UPDATE bench_jobs SET state = 'done', result = %s, lease_token = NULL,"
-        " lease_expires = NULL WHERE id = %s AND lease_token = %s AND state = 'running'"
-    )
+    finish_one = FINISH_ONE
     executed = lost = commits = 0
     _wait_for_go()
     cpu0 = _cpu()
     while True:
-        token = secrets.randbits(62)
+        token = secrets.randbits(62) if correct else 0
         params = (batch, token, LEASE_SECONDS) if correct else (batch, me)
         rows = conn.execute(claim, params).fetchall()
         commits += 1
@@ -223,10 +225,7 @@ def _minimal_mariadb(cfg: dict) -> None:
         f"SELECT id{', payload' if correct else ''} FROM bench_jobs WHERE state = 'ready'"
         " ORDER BY id LIMIT %s FOR UPDATE SKIP LOCKED"
     )
-    finish_one = (
-        "UPDATE bench_jobs SET state = 'done', result = %s, lease_token = NULL,"
-        " lease_expires = NULL WHERE id = %s AND lease_token = %s AND state = 'running'"
-    )
+    finish_one = FINISH_ONE
     executed = lost = commits = 0
     _wait_for_go()
     cpu0 = _cpu()
@@ -239,8 +238,8 @@ def _minimal_mariadb(cfg: dict) -> None:
             break
         ids = [r[0] for r in rows]
         marks = ",".join(["%s"] * len(ids))
-        token = secrets.randbits(62)
         if correct:
+            token = secrets.randbits(62)
             cur.execute(
                 "UPDATE bench_jobs SET state = 'running', attempts = attempts + 1,"
                 " lease_token = %s, lease_expires = NOW(6) + INTERVAL %s SECOND"
@@ -296,15 +295,12 @@ def _minimal_sqlite(cfg: dict) -> None:
             " WHERE id IN (SELECT id FROM bench_jobs WHERE state = 'ready' ORDER BY id LIMIT ?)"
             " RETURNING id"
         )
-    finish_one = (
-        "UPDATE bench_jobs SET state = 'done', result = ?, lease_token = NULL,"
-        " lease_expires = NULL WHERE id = ? AND lease_token = ? AND state = 'running'"
-    )
+    finish_one = FINISH_ONE.replace("%s", "?")  # sqlite3's placeholders
     executed = lost = commits = 0
     _wait_for_go()
     cpu0 = _cpu()
     while True:
-        token = secrets.randbits(62)
+        token = secrets.randbits(62) if correct else 0
         conn.execute("BEGIN IMMEDIATE")
         params = (token, LEASE_SECONDS, batch) if correct else (me, batch)
         rows = conn.execute(claim, params).fetchall()
