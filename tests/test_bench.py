@@ -84,3 +84,36 @@ def test_readyq_passes_the_benchmarks_checks(
     else:
         assert row.shares is not None and set(row.shares) == set(run.GROUPS)
         assert sum(row.shares.values()) == pytest.approx(1.0)
+
+
+def test_the_sqlite_replay_drains_every_layout(tmp_path: Path) -> None:
+    import sqlite3
+
+    import sqlite_replay
+
+    base = tmp_path / "base.db"
+    sqlite_replay.build_base(base, JOBS)
+    for layout in sqlite_replay.LAYOUTS:
+        work = tmp_path / f"{layout}.db"
+        # replay() raises unless every job was claimed once and finished done.
+        assert sqlite_replay.replay(base, work, layout, JOBS) > 0
+        conn = sqlite3.connect(work)
+        try:
+            states = dict(conn.execute(
+                "SELECT state, count(*) FROM readyq_jobs GROUP BY state"
+            ).fetchall())
+            results = conn.execute(
+                "SELECT count(*) FROM readyq_jobs WHERE result = 'null'"
+            ).fetchone()[0]
+        finally:
+            conn.close()
+        assert states == {"done": JOBS}, layout
+        assert results == JOBS, layout
+
+
+def test_the_sqlite_replay_refuses_an_unknown_layout(capsys: pytest.CaptureFixture[str]) -> None:
+    import sqlite_replay
+
+    with pytest.raises(SystemExit):
+        sqlite_replay.main(["--layouts", "current,sideways"])
+    assert "unknown layout(s): sideways" in capsys.readouterr().err
