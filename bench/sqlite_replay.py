@@ -42,8 +42,22 @@ import run
 import readyq
 
 NOW = "((julianday('now') - 2440587.5) * 86400.0)"
-# Jobs claimed per group in one cycle of 100, as the fair-share plan takes them (3:2:1:1).
-SPLIT = (("tenant-a", 43), ("tenant-b", 28), ("tenant-c", 15), ("tenant-d", 14))
+CLAIM = 100
+
+
+def _split(weights: dict[str, int], n: int) -> tuple[tuple[str, int], ...]:
+    """``n`` claims shared between the groups in proportion to their weights, as the
+    fair-share plan takes them (largest remainders get the rounding)."""
+    total = sum(weights.values())
+    exact = {g: n * w / total for g, w in weights.items()}
+    share = {g: int(x) for g, x in exact.items()}
+    for g in sorted(exact, key=lambda g: share[g] - exact[g])[: n - sum(share.values())]:
+        share[g] += 1
+    return tuple(share.items())
+
+
+# Jobs claimed per group in one cycle, for the benchmark's groups and weights.
+SPLIT = _split(run.GROUPS, CLAIM)
 CLAIM_SET = (
     f"state = 'running', attempts = attempts + 1, lease_owner = 'w', "
     f"lease_token = lease_token + 1, lease_expires = {NOW} + 60, heartbeat_at = {NOW}, "
@@ -88,9 +102,8 @@ TABLE_HEADS = _heads("rq_ready", "1")
 
 
 def prepare(conn: sqlite3.Connection, layout: str) -> None:
-    conn.execute(
-        "INSERT OR IGNORE INTO readyq_groups VALUES"
-        " ('tenant-a', 0, 0), ('tenant-b', 0, 0), ('tenant-c', 0, 0), ('tenant-d', 0, 0)"
+    conn.executemany(
+        "INSERT OR IGNORE INTO readyq_groups VALUES (?, 0, 0)", [(g,) for g, _ in SPLIT]
     )
     if layout != "current":
         conn.execute("DROP INDEX readyq_jobs_state_run_after_ix")
@@ -231,10 +244,10 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"round {r + 1} {layout}: {times[layout][-1]:.2f} µs/job",
                       file=sys.stderr, flush=True)
             loop = peers.run_minimal_loop(
-                f"sqlite:///{Path(tmp, 'loop.db')}", args.jobs, 1, 100, form="correct"
+                f"sqlite:///{Path(tmp, 'loop.db')}", args.jobs, 1, CLAIM, form="correct"
             )
             times["correct loop"].append(1e6 / loop.jobs_per_s)
-    print(f"SQLite {sqlite3.sqlite_version}, {args.jobs:,} jobs, claims of 100,"
+    print(f"SQLite {sqlite3.sqlite_version}, {args.jobs:,} jobs, claims of {CLAIM},"
           f" {args.rounds} round(s) in alternation; µs per job")
     print(f"{'layout':28} {'median':>8} {'min':>8} {'max':>8}")
     for name, values in times.items():
