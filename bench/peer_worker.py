@@ -183,7 +183,6 @@ def _minimal_postgresql(cfg: dict) -> None:
         "UPDATE bench_jobs SET state = 'done', result = 'ok'"
         " WHERE id = ANY(%s) AND state = 'running' AND locked_by = %s"
     )
-    finish_one = FINISH_ONE
     executed = lost = commits = 0
     _wait_for_go()
     cpu0 = _cpu()
@@ -198,7 +197,7 @@ def _minimal_postgresql(cfg: dict) -> None:
             results = _run_claimed(rows, token)
             executed += len(results)
             with conn.transaction(), conn.cursor() as cur:
-                cur.executemany(finish_one, results)
+                cur.executemany(FINISH_ONE, results)
                 n = cur.rowcount
         else:
             ids = [r[0] for r in rows]
@@ -225,7 +224,6 @@ def _minimal_mariadb(cfg: dict) -> None:
         f"SELECT id{', payload' if correct else ''} FROM bench_jobs WHERE state = 'ready'"
         " ORDER BY id LIMIT %s FOR UPDATE SKIP LOCKED"
     )
-    finish_one = FINISH_ONE
     executed = lost = commits = 0
     _wait_for_go()
     cpu0 = _cpu()
@@ -256,7 +254,7 @@ def _minimal_mariadb(cfg: dict) -> None:
         if correct:
             results = _run_claimed(rows, token)
             executed += len(results)
-            n = cur.executemany(finish_one, results)  # one UPDATE per job
+            n = cur.executemany(FINISH_ONE, results)  # one UPDATE per job
         else:
             executed += len(ids)  # the no-op job bodies
             n = cur.execute(
