@@ -1002,7 +1002,7 @@ class Store:
                         self.dialect.ids_in(d.c.depends_on_id, "ids")
                     ),
                 )
-                edges = Counter(conn.execute(dependents, {"ids": done_ids}).scalars())
+                edges = Counter(self.dialect.execute(conn, dependents, {"ids": done_ids}).scalars())
             if done_ids:
                 by_count: dict[int, list[int]] = defaultdict(list)
                 for dependent, n in edges.items():
@@ -1022,7 +1022,7 @@ class Store:
                         ("release", j.name), lambda: self._release_statement(now)
                     )
                 for n, ids in sorted(by_count.items()):
-                    conn.execute(release, {"r_ids": sorted(ids), "r_n": n})
+                    self.dialect.execute(conn, release, {"r_ids": sorted(ids), "r_n": n})
             if bad:
                 # Locked, so the 'waiting' check cannot race another transaction failing
                 # the same dependent: each dependent ends once and is counted once.
@@ -1274,7 +1274,7 @@ class Store:
         def unit(conn: Connection) -> bool:
             if types is None:
                 self.dialect.pin_index_order(conn)
-            return conn.execute(stmt).first() is not None
+            return self.dialect.execute(conn, stmt).first() is not None
 
         # The typed probe is one statement; the untyped one pins the index order for the
         # rest of its transaction first.
@@ -1325,7 +1325,8 @@ class Store:
             )
         if early is not None and not early:
             return _no_jobs
-        gate = conn.execute(
+        gate = d.execute(
+            conn,
             d.cached(
                 ("gate", t.gate.name),
                 lambda: d.lock_rows(
@@ -1455,7 +1456,9 @@ class Store:
             ("in_flight", self.tables.jobs.name),
             lambda: self.dialect.in_flight_counts(self.tables),
         )
-        return {r.group_key: (int(r.n), int(r.w)) for r in conn.execute(in_flight)}
+        return {
+            r.group_key: (int(r.n), int(r.w)) for r in self.dialect.execute(conn, in_flight)
+        }
 
     def _runnable_counts(
         self,
@@ -1512,7 +1515,7 @@ class Store:
             )
             params: dict[str, Any] = {f"g{i}": key for i, key in enumerate(chunk)}
             params["cap"] = cap
-            for r in conn.execute(stmt, params):
+            for r in d.execute(conn, stmt, params):
                 key = chunk[int(r.i)]
                 if int(r.n):
                     out[key] = (int(r.n), int(r.w))
@@ -1803,7 +1806,10 @@ class Store:
             )
             .limit(1),
         )
-        return self.read(lambda conn: conn.execute(due).first(), single=True) is not None
+        return (
+            self.read(lambda conn: self.dialect.execute(conn, due).first(), single=True)
+            is not None
+        )
 
     def reclaim(self, *, limit: int = 500) -> ReclaimResult:
         """Return expired leases to ready (or failed), and end attempts past their deadline.
@@ -2021,7 +2027,7 @@ class Store:
         stmt = self.dialect.cached(
             ("has_unfinished", j.name, None if types is None else tuple(types)), build
         )
-        return self.read(lambda conn: bool(conn.execute(stmt).scalar()), single=True)
+        return self.read(lambda conn: bool(self.dialect.execute(conn, stmt).scalar()), single=True)
 
     def counts(self) -> dict[str, int]:
         """Number of jobs per state."""

@@ -111,6 +111,17 @@ class Dialect(ABC):
             stmt = self._statements[key] = build()
         return stmt
 
+    def execute(
+        self,
+        conn: Connection,
+        stmt: sa.Executable,
+        params: Mapping[str, Any] | Sequence[Mapping[str, Any]] | None = None,
+    ) -> Any:
+        """Run one of the loop's statements: ``conn.execute``, unless the dialect has a
+        cheaper way with the same effect (see ``SQLiteDialect.execute``). The result
+        offers ``all``, ``first``, ``scalar``, ``scalars``, iteration and ``rowcount``."""
+        return conn.execute(stmt) if params is None else conn.execute(stmt, params)
+
     # -- engine -------------------------------------------------------------------------
 
     @classmethod
@@ -208,7 +219,7 @@ class Dialect(ABC):
             ("ready_groups", t.jobs.name, by_type_key(types)),
             lambda: ready_group_keys(t, types),
         )
-        return list(conn.execute(stmt).scalars())
+        return list(self.execute(conn, stmt).scalars())
 
     @abstractmethod
     def done_update(
@@ -237,7 +248,7 @@ class Dialect(ABC):
         read them in the same statement, the batch's dependents (id -> edges from the
         batch), else None."""
         stmt, params = self.done_update(t, owner, rows, now)
-        return conn.execute(stmt, params).rowcount, None
+        return self.execute(conn, stmt, params).rowcount, None
 
     # -- lists of ids -------------------------------------------------------------------
 
@@ -363,7 +374,7 @@ class Dialect(ABC):
         params: dict[str, Any] = (
             {"keys": list(groups)} if n is None else {f"k{i}": k for i, k in enumerate(groups)}
         )
-        for r in conn.execute(stmt, params).all():
+        for r in self.execute(conn, stmt, params).all():
             if r[0]:
                 history[r[1]] = (float(r[4]), int(r[5]))
             else:
@@ -387,7 +398,8 @@ class Dialect(ABC):
             {"group_key": k, "vfinish": v, "served_seq": s} for k, v, s in rows if k not in known
         ]
         if updates:
-            conn.execute(
+            self.execute(
+                conn,
                 self.cached(
                     ("progress", g.name),
                     lambda: sa.update(g)
@@ -400,7 +412,8 @@ class Dialect(ABC):
             )
         if inserts:
             conn.execute(sa.insert(g), inserts)
-        conn.execute(
+        self.execute(
+            conn,
             self.cached(
                 ("gate_progress", t.gate.name),
                 lambda: sa.update(t.gate)

@@ -23,9 +23,10 @@ Deviations and limits:
 from __future__ import annotations
 
 import json
+import logging
 import sqlite3
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
 
 import sqlalchemy as sa
@@ -48,6 +49,7 @@ from readyq.dialects.base import (
     group_heads,
     lease_values,
 )
+from readyq.dialects.direct import DirectPlan, DirectResult, plan
 from readyq.errors import UnsupportedDatabase
 from readyq.model import ClaimedJob
 from readyq.schema import Tables
@@ -56,6 +58,9 @@ BUSY_TIMEOUT_MS = 5000
 # The pauses between tries of the write lock (see SQLiteDialect.begin_write), seconds.
 LOCK_POLL_FIRST = 0.0001
 LOCK_POLL_MAX = 0.001
+# Plans kept per dialect: the loop's statements are built once each (``Dialect.cached``),
+# a few dozen in all; a statement built anew at each call is planned but not kept.
+MAX_PLANS = 512
 
 
 def _pragmas(dbapi_conn: Any, _record: Any) -> None:
@@ -112,6 +117,82 @@ class SQLiteDialect(Dialect):
     @classmethod
     def engine_options(cls) -> dict[str, Any]:
         return {"connect_args": {"timeout": BUSY_TIMEOUT_MS / 1000}}
+
+    def __init__(self, server_version: tuple[int, ...] = ()) -> None:
+        super().__init__(server_version)
+        # statement -> its plan, or None for a statement that runs through SQLAlchemy
+        self._plans: dict[Any, DirectPlan | None] = {}
+
+    def execute(
+        self,
+        conn: Connection,
+        stmt: sa.Executable,
+        params: Mapping[str, Any] | Sequence[Mapping[str, Any]] | None = None,
+    ) -> Any:
+        """Run the statement on sqlite3's own cursor (see :mod:`readyq.dialects.direct`)
+        when nothing watches the connection's statements; else through SQLAlchemy.
+
+        Whoever listens for the engine's statement events (``before_cursor_execute``,
+        ``after_cursor_execute``, ``handle_error``; the dialect's ``do_execute``), logs
+        them (``echo``) or maps schemas at execution sees every statement as before: the
+        statements then go through SQLAlchemy. Errors are wrapped as SQLAlchemy wraps
+        them, and a transaction is begun on the connection as its own execution would.
+        """
+        raw = self._direct_connection(conn)
+        if raw is None:
+            return super().execute(conn, stmt, params)
+        try:
+            found = self._plans[stmt]
+        except KeyError:
+            found = plan(stmt, conn.dialect)
+            if len(self._plans) < MAX_PLANS:
+                self._plans[stmt] = found
+        if found is None:
+            return super().execute(conn, stmt, params)
+        many = params is not None and not isinstance(params, Mapping)
+        try:
+            args: Any = (
+                [found.args(p) for p in params]
+                if params is not None and not isinstance(params, Mapping)
+                else found.args(params)
+            )
+        except KeyError:  # a required parameter is missing: SQLAlchemy says which
+            return super().execute(conn, stmt, params)
+        if not conn.in_transaction():
+            conn.begin()
+        cursor = raw.cursor()
+        try:
+            if many:
+                cursor.executemany(found.sql, args)
+            else:
+                cursor.execute(found.sql, args)
+            description = cursor.description
+            rows = found.rows(cursor.fetchall(), description) if description is not None else []
+            return DirectResult(rows, cursor.rowcount)
+        except sqlite3.Error as exc:
+            raise sa.exc.DBAPIError.instance(
+                found.sql, args, exc, sqlite3.Error, dialect=conn.dialect, ismulti=many
+            ) from exc
+        finally:
+            cursor.close()
+
+    @staticmethod
+    def _direct_connection(conn: Connection) -> sqlite3.Connection | None:
+        """sqlite3's connection under ``conn``, when its statements may skip SQLAlchemy's
+        execution layer; else None."""
+        events, dialect_events = conn.dispatch, conn.dialect.dispatch
+        if (
+            events.before_cursor_execute
+            or events.after_cursor_execute
+            or dialect_events.handle_error
+            or dialect_events.do_execute
+            or dialect_events.do_executemany
+            or conn.engine.logger.isEnabledFor(logging.INFO)
+            or conn.get_execution_options().get("schema_translate_map")
+        ):
+            return None
+        raw = conn.connection.driver_connection
+        return raw if isinstance(raw, sqlite3.Connection) else None
 
     def prepare_engine(self, engine: sa.Engine, *, owned: bool) -> sa.Engine:
         if not event.contains(engine, "connect", _pragmas):
@@ -245,7 +326,7 @@ class SQLiteDialect(Dialect):
     ) -> list[ClaimedJob]:
         # The caller's transaction began with BEGIN IMMEDIATE (begin_write).
         stmt = self.claim_statement(t, req, now)
-        return [claimed_from_row(row) for row in conn.execute(stmt, req.params()).all()]
+        return [claimed_from_row(row) for row in self.execute(conn, stmt, req.params()).all()]
 
     def claim_groups(
         self,
@@ -279,7 +360,7 @@ class SQLiteDialect(Dialect):
             )
 
         stmt = self.cached(("claim_groups", t.jobs.name, first.shape(), n), build)
-        rows = conn.execute(stmt, group_head_params(requests)).all()
+        rows = self.execute(conn, stmt, group_head_params(requests)).all()
         return [claimed_from_row(row) for row in rows]
 
     def done_update(
