@@ -273,6 +273,27 @@ def _minimal_mariadb(cfg: dict) -> None:
     _report(done, cpu, executed - lost, commits)
 
 
+# The SQLite loops' claims. The ready rows are read through the ready index, named: the
+# table is analyzed while every row is ready, and with those statistics SQLite's planner
+# reads the table in id order instead, past every row already done (at 60,000 jobs the
+# correct loop's claim cost 8.6 us per job that way, against 1.1 through the index).
+SQLITE_READY = (
+    "SELECT id FROM bench_jobs INDEXED BY bench_jobs_ready WHERE state = 'ready'"
+    " ORDER BY id LIMIT ?"
+)
+SQLITE_CLAIM = {
+    "correct": (
+        "UPDATE bench_jobs SET state = 'running', attempts = attempts + 1,"
+        " lease_token = ?, lease_expires = (julianday('now') - 2440587.5) * 86400.0 + ?"
+        f" WHERE id IN ({SQLITE_READY}) RETURNING id, payload"
+    ),
+    "bare": (
+        "UPDATE bench_jobs SET state = 'running', locked_by = ?"
+        f" WHERE id IN ({SQLITE_READY}) RETURNING id"
+    ),
+}
+
+
 def _minimal_sqlite(cfg: dict) -> None:
     import sqlite3
 
@@ -280,19 +301,7 @@ def _minimal_sqlite(cfg: dict) -> None:
     # isolation_level=None: no implicit transactions, we issue BEGIN/COMMIT.
     conn = sqlite3.connect(cfg["path"], timeout=60, isolation_level=None)
     conn.execute("PRAGMA journal_mode=WAL")  # already WAL; synchronous left at default
-    if correct:
-        claim = (
-            "UPDATE bench_jobs SET state = 'running', attempts = attempts + 1,"
-            " lease_token = ?, lease_expires = (julianday('now') - 2440587.5) * 86400.0 + ?"
-            " WHERE id IN (SELECT id FROM bench_jobs WHERE state = 'ready' ORDER BY id LIMIT ?)"
-            " RETURNING id, payload"
-        )
-    else:
-        claim = (
-            "UPDATE bench_jobs SET state = 'running', locked_by = ?"
-            " WHERE id IN (SELECT id FROM bench_jobs WHERE state = 'ready' ORDER BY id LIMIT ?)"
-            " RETURNING id"
-        )
+    claim = SQLITE_CLAIM[cfg["form"]]
     finish_one = FINISH_ONE.replace("%s", "?")  # sqlite3's placeholders
     executed = lost = commits = 0
     _wait_for_go()

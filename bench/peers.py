@@ -634,17 +634,18 @@ def _sqlite_path(url: str) -> tuple[Path, tempfile.TemporaryDirectory | None]:
     return Path(rest[1:] if rest.startswith("/") else rest), None
 
 
-def _minimal_sqlite(url: str, jobs: int, processes: int, base: dict, system: str) -> PeerResult:
+def sqlite_loop_table(path: Path, jobs: int, form: str) -> None:
+    """A new SQLite file at ``path`` with ``jobs`` ready jobs in the loop's table for
+    ``form``, analyzed."""
     import sqlite3
 
-    path, tmp = _sqlite_path(url)
+    for suffix in ("", "-wal", "-shm", "-journal"):
+        Path(str(path) + suffix).unlink(missing_ok=True)
+    conn = sqlite3.connect(path, isolation_level=None)
     try:
-        for suffix in ("", "-wal", "-shm", "-journal"):
-            Path(str(path) + suffix).unlink(missing_ok=True)
-        conn = sqlite3.connect(path, isolation_level=None)
         conn.execute("PRAGMA journal_mode=WAL")
         conn.execute("BEGIN")
-        if base["form"] == "correct":
+        if form == "correct":
             conn.execute(
                 "CREATE TABLE bench_jobs (id INTEGER PRIMARY KEY,"
                 " state TEXT NOT NULL DEFAULT 'ready', payload TEXT NOT NULL,"
@@ -670,7 +671,16 @@ def _minimal_sqlite(url: str, jobs: int, processes: int, base: dict, system: str
         conn.execute("CREATE INDEX bench_jobs_ready ON bench_jobs (id) WHERE state = 'ready'")
         conn.execute("COMMIT")
         conn.execute("ANALYZE")
+    finally:
         conn.close()
+
+
+def _minimal_sqlite(url: str, jobs: int, processes: int, base: dict, system: str) -> PeerResult:
+    import sqlite3
+
+    path, tmp = _sqlite_path(url)
+    try:
+        sqlite_loop_table(path, jobs, base["form"])
         cfgs = _worker_configs({**base, "path": str(path)}, processes)
         run = _run_workers("minimal-sqlite", cfgs, _timeout(jobs))
         conn = sqlite3.connect(path)

@@ -29,10 +29,10 @@ the machine is shared and noisy: compare the ratios, not the absolute numbers.
   the same window ("server": the database server and the kernel's work for it; about 0
   on SQLite, which runs inside the workers; see ``bench/peers.py``).
 * Claim latency: p50/p99 of one worker transaction (record outcomes + claim + start).
-* Deep backlog: ``--deep-jobs`` (100,000) jobs drained by one process, readyq on each
-  database and PGQueuer at batches of 100 and 500, against the same system's rate with
-  ``--jobs``: claims then walk past the index entries of the jobs already claimed,
-  which PostgreSQL keeps until a vacuum.
+* Deep backlog: ``--deep-jobs`` (100,000) jobs drained by one process, readyq and the
+  correct loop on each database and PGQueuer at batches of 100 and 500, against the same
+  system's rate with ``--jobs``: claims then walk past the index entries of the jobs
+  already claimed, which PostgreSQL keeps until a vacuum.
 * Scan flatness: median time of one claim transaction on a table of 200 jobs and on
   one that also holds ``--done-rows`` finished jobs and ``--waiting-rows`` jobs waiting
   on an unfinished upstream job, the two measured in alternation; likewise the claimed
@@ -293,6 +293,12 @@ def run_readyq(
     )
 
 
+def loop_url(kind: str, url: str) -> str:
+    """The reference loops' URL for a database of ``kind`` at ``url`` (SQLite: a file of
+    their own)."""
+    return peers._pg_url(url) if kind == "postgresql" else (url or "sqlite://")
+
+
 def from_peer(r: peers.PeerResult) -> Row:
     return Row(r.system, r.database, r.processes, r.jobs, r.jobs_per_s, r.cpu_us_per_job,
                r.commits_per_job, server_cpu_us_per_job=r.server_cpu_us_per_job)
@@ -544,7 +550,7 @@ def main(argv: list[str] | None = None) -> int:
                     kind, url, args.jobs, p, args.batch)))
                 configs.append((f"chains {kind}", lambda kind=kind, url=url, p=p: run_readyq(
                     kind, url, args.jobs, p, args.batch, chains=True)))
-                minimal_url = peers._pg_url(url) if kind == "postgresql" else (url or "sqlite://")
+                minimal_url = loop_url(kind, url)
                 for form in peers.FORMS:
                     configs.append((f"{form} loop {kind}", lambda u=minimal_url, p=p, f=form:
                                     from_peer(peers.run_minimal_loop(u, args.jobs, p, 100,
@@ -668,6 +674,11 @@ def main(argv: list[str] | None = None) -> int:
             (kind, lambda kind=kind, url=url: run_readyq(
                 kind, url, args.deep_jobs, 1, args.batch)) for kind, url in dbs
         ]
+        # The correct loop too: the throughput table's yardstick should be flat as well.
+        for kind, url in dbs:
+            minimal_url = loop_url(kind, url)
+            deep.append((f"correct loop {kind}", lambda u=minimal_url: from_peer(
+                peers.run_minimal_loop(u, args.deep_jobs, 1, 100, form="correct"))))
         if "peers" not in args.skip:
             pg = peers._pg_url(args.pg_url)
             deep += [

@@ -69,6 +69,30 @@ def test_the_loops_refuse_an_unknown_form() -> None:
         peers.run_minimal_loop("sqlite://", 10, 1, 5, form="each")
 
 
+@pytest.mark.parametrize("form", peers.FORMS)
+def test_the_sqlite_loops_claim_through_the_ready_index(tmp_path: Path, form: str) -> None:
+    """The loop's table is analyzed while every job is ready; its claim must still read
+    the ready index, not the table in id order past the jobs already done."""
+    import sqlite3
+
+    import peer_worker
+
+    path = tmp_path / "loop.db"
+    peers.sqlite_loop_table(path, 2_000, form)
+    conn = sqlite3.connect(path, isolation_level=None)
+    try:
+        conn.execute("UPDATE bench_jobs SET state = 'done' WHERE id <= 1500")
+        claim = peer_worker.SQLITE_CLAIM[form]
+        params = (7, 60, 100) if form == "correct" else ("me", 100)
+        plan = " / ".join(r[3] for r in conn.execute(f"EXPLAIN QUERY PLAN {claim}", params))
+        assert "INDEX bench_jobs_ready" in plan, plan
+        assert "SCAN bench_jobs " not in f"{plan} ".replace("SCAN bench_jobs USING", ""), plan
+        rows = conn.execute(claim, params).fetchall()
+    finally:
+        conn.close()
+    assert sorted(r[0] for r in rows) == list(range(1501, 1601))
+
+
 @pytest.mark.parametrize("chains", [False, True], ids=["independent", "chains"])
 def test_readyq_passes_the_benchmarks_checks(
     server: tuple[str, str, str], chains: bool
