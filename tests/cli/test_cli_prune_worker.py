@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import sys
 import textwrap
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -79,8 +81,12 @@ def test_prune_never_deletes_what_a_remaining_job_needs(migrated: Run, mq: ready
 
 
 @pytest.fixture
-def app_module(db: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
-    """A module defining the application's Queue, importable from the working directory."""
+def app_module(db: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
+    """A module defining the application's Queue, importable from the working directory.
+
+    Once the test is over, the queues the module made are closed and the module
+    forgotten: the module stays imported otherwise, and its pooled connections with it.
+    """
     name = f"readyq_app_{uuid.uuid4().hex[:8]}"
     (tmp_path / f"{name}.py").write_text(textwrap.dedent(f"""
         import readyq
@@ -114,7 +120,11 @@ def app_module(db: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
         unmigrated.handler("square")(square)
     """))
     monkeypatch.chdir(tmp_path)
-    return name
+    yield name
+    module = sys.modules.pop(name, None)
+    for value in vars(module).values() if module is not None else ():
+        if isinstance(value, readyq.Queue):
+            value.close()
 
 
 def test_worker_runs_the_apps_handlers(migrated: Run, mq: readyq.Queue, app_module: str) -> None:
