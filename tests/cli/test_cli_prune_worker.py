@@ -122,9 +122,10 @@ def app_module(db: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iter
     monkeypatch.chdir(tmp_path)
     yield name
     module = sys.modules.pop(name, None)
-    for value in vars(module).values() if module is not None else ():
-        if isinstance(value, readyq.Queue):
-            value.close()
+    if module is not None:
+        for value in vars(module).values():
+            if isinstance(value, readyq.Queue):
+                value.close()
 
 
 def test_worker_runs_the_apps_handlers(migrated: Run, mq: readyq.Queue, app_module: str) -> None:
