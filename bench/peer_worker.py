@@ -367,9 +367,9 @@ def _readyq(cfg: dict) -> None:
         commits += 1
 
     sa.event.listen(queue.engine, "commit", count_commit)
-    store = queue._store
+    store = queue.store
     timings: list[float] = []
-    cycle = store.cycle
+    cycle = store.finish_and_claim
 
     # Done, as for the other systems, when the worker first finds nothing left to claim
     # with its own jobs recorded: the first idle check after its last claim. (With
@@ -393,7 +393,7 @@ def _readyq(cfg: dict) -> None:
             drained.extend((time.monotonic(), _cpu()))
         return has_unfinished(*args, **kwargs)
 
-    store.cycle = timed_cycle  # type: ignore[method-assign]
+    store.finish_and_claim = timed_cycle  # type: ignore[method-assign]
     store.has_unfinished = first_idle_check  # type: ignore[method-assign]
     worker = queue.worker(
         concurrency=cfg["cap"],

@@ -158,7 +158,7 @@ def check_guarantees(queue: readyq.Queue, jobs: int) -> tuple[int, dict[str, flo
     The peak is a sweep over [started_at, finished_at]: a claim counts every job not yet
     committed done as in flight, so the sweep can only under-count what a claim saw.
     """
-    t = queue._store.tables.jobs
+    t = queue.store.tables.jobs
     with queue.engine.connect() as conn:
         rows = conn.execute(
             sa.select(
@@ -198,7 +198,7 @@ CLAIM_GAP = 0.0005
 def check_dependency_order(queue: readyq.Queue) -> tuple[int, int]:
     """(dependency edges, edges whose job started before its upstream job finished),
     from the database's own timestamps."""
-    t = queue._store.tables
+    t = queue.store.tables
     job, up = t.jobs.alias("job"), t.jobs.alias("up")
     with queue.engine.connect() as conn:
         edges = conn.execute(sa.select(sa.func.count()).select_from(t.deps)).scalar_one()
@@ -324,7 +324,7 @@ def operation_times(
     when a tick finds nothing (here for a type with no jobs at all, so that no probe
     stops at a first match); then the claim of 10 jobs by a worker of two types (its
     jobs' type and one with none), whose jobs are then handed back untimed."""
-    store = queue._store
+    store = queue.store
 
     def timed(op: str, fn: Callable[[], Any]) -> Any:
         t = time.perf_counter()
@@ -333,24 +333,26 @@ def operation_times(
         return out
 
     for _ in range(samples):
-        claimed = timed("claim", lambda: store.claim(
+        claimed = timed("claim", lambda: store.claim_jobs(
             owner="bench", cap=10, limit=10, ttl=60.0, types=["noop"]))
         starts = [(c, None, True) for c in claimed]
-        timed("start", lambda s=starts: store.mark_running("bench", s))
+        timed("start", lambda s=starts: store.start_jobs("bench", s))
         leases = [readyq.store.Lease(c.id, c.lease_token) for c in claimed]
         timed("heartbeat", lambda ls=leases: store.heartbeat("bench", ls, 60.0))
-        backs = [readyq.store.Outcome(job=c, kind="release") for c in claimed]
-        timed("hand-back", lambda bs=backs: store.finish("bench", bs))
+        backs = [readyq.store.Outcome(job=c, kind=readyq.store.OutcomeKind.RELEASE)
+                 for c in claimed]
+        timed("hand-back", lambda bs=backs: store.record_outcomes("bench", bs))
         timed("idle check", lambda: store.has_unfinished(["other"]))
-        claimed = timed("2-type claim", lambda: store.claim(
+        claimed = timed("2-type claim", lambda: store.claim_jobs(
             owner="bench", cap=10, limit=10, ttl=60.0, types=["noop", "other"]))
-        store.mark_running("bench", [(c, None, True) for c in claimed])
-        store.finish("bench", [readyq.store.Outcome(job=c, kind="release") for c in claimed])
+        store.start_jobs("bench", [(c, None, True) for c in claimed])
+        release = readyq.store.OutcomeKind.RELEASE
+        store.record_outcomes("bench", [readyq.store.Outcome(job=c, kind=release) for c in claimed])
 
 
 def bulk_rows(queue: readyq.Queue, kind: str, done: int, waiting: int) -> None:
     """Add finished rows and rows waiting on an unfinished upstream job, fast, in SQL."""
-    j = queue._store.tables.jobs
+    j = queue.store.tables.jobs
     with queue.engine.begin() as conn:
         blocker = conn.execute(
             sa.insert(j).values(
@@ -388,7 +390,7 @@ def bulk_rows(queue: readyq.Queue, kind: str, done: int, waiting: int) -> None:
                 )
         if waiting:
             conn.exec_driver_sql(
-                f"INSERT INTO {queue._store.tables.deps.name} (job_id, depends_on_id) "
+                f"INSERT INTO {queue.store.tables.deps.name} (job_id, depends_on_id) "
                 f"SELECT id, {blocker} FROM {j.name} WHERE state = 'waiting' AND id <> {blocker}"
             )
     with queue.engine.connect() as conn:

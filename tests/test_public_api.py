@@ -34,6 +34,7 @@ def test_public_names_are_pinned() -> None:
         "UnknownJobType",
         "UnsupportedDatabase",
         "Worker",
+        "WorkerOptions",
         "WorkerStats",
     ]
 

@@ -7,6 +7,7 @@ concurrency cap set by external limits is shared between groups by weighted fair
 The database is the only state.
 """
 
+from readyq.config import WorkerOptions
 from readyq.errors import (
     ConfigurationError,
     DependencyCycle,
@@ -32,7 +33,7 @@ from readyq.errors import (
 )
 from readyq.model import Enqueued, Job, JobInfo, JobState
 from readyq.queue import JobSpec, Queue
-from readyq.rates import RateLimit
+from readyq.rate_limits import RateLimit
 from readyq.worker import Worker, WorkerStats
 
 __version__ = "0.1.0"
@@ -77,5 +78,6 @@ __all__ = [
     "UnknownJobType",
     "UnsupportedDatabase",
     "Worker",
+    "WorkerOptions",
     "WorkerStats",
 ]

@@ -355,18 +355,12 @@ def _parse_url(url: str) -> Any:
 
 def _open(args: argparse.Namespace, *, create: bool = False) -> Any:
     """The Queue for --db/--prefix; refuses a missing SQLite file unless ``create``."""
+    from readyq.dialects import dialect_class
     from readyq.queue import Queue
 
     url = _parse_url(_url(args))
-    path = url.database
-    if (
-        url.get_backend_name() == "sqlite"
-        and not create
-        and path
-        and path != ":memory:"
-        and not path.startswith("file:")
-        and not os.path.exists(path)
-    ):
+    path = dialect_class(url.get_backend_name()).database_file(url)
+    if not create and path is not None and not os.path.exists(path):
         raise CLIError(
             f"no SQLite database at {path!r}: create it with `readyq migrate "
             f"--db {url.render_as_string(hide_password=True)}`"
@@ -612,7 +606,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
 
     try:
         admin.check_schema(queue)  # connects: missing tables fail here, once
-        # Builds and compiles the loop's SQL (a rehearsed claim, rolled back) before the
+        # Builds and compiles the loop's SQL (a dry run of a cycle, rolled back) before the
         # first claim, and fails here on tables that do not match this readyq.
         worker.prepare()
         database = queue.database
@@ -621,7 +615,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
         # off and starts once it answers; missing tables are reported then.
         if not is_transient(exc):
             raise
-        database = queue._store._raw_engine.dialect.name
+        database = queue.store.url.get_backend_name()
         print(
             f"readyq: note: the database is not reachable yet ({describe(exc)}); the "
             "worker keeps trying",

@@ -96,7 +96,7 @@ def enqueue_pipeline(queue: Queue, chunks: int) -> list[int]:
 
 def measure(queue: Queue, cap: int, seconds: float) -> DemoReport:
     """Read the finished run back from the database and check it."""
-    t = queue._store.tables
+    t = queue.store.tables
     j, d = t.jobs, t.deps
     up = j.alias("up")
     with queue.engine.connect() as conn:

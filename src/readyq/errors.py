@@ -119,3 +119,19 @@ class LeaseLost(ReadyqError):
 
 class QueueClosed(ReadyqError):
     """The queue was closed with ``Queue.close()`` and accepts no more calls."""
+
+
+class AdminError(ReadyqError):
+    """An operator command cannot do what was asked (the message says why)."""
+
+
+class NotRetryable(AdminError):
+    """The job is not in a state that ``retry`` can revive."""
+
+
+class NotCancellable(AdminError):
+    """The job has already ended; there is nothing to cancel."""
+
+
+class SchemaNotVersioned(AdminError):
+    """readyq's tables exist but carry no migration history (see ``migrate --stamp``)."""

@@ -141,7 +141,7 @@ class ClaimedJob(NamedTuple):
     timeout: float | None
 
 
-class _Flag:
+class Flag:
     """A one-way boolean set by the worker's loop and read by the handler's thread.
 
     Reading and writing one attribute is atomic in Python, so no lock is needed, and a
@@ -185,8 +185,8 @@ class Job:
     lease_token: int
     worker_id: str
     _heartbeat: Callable[[Job], None] = field(repr=False)
-    _lost: _Flag = field(default_factory=_Flag, repr=False)
-    _cancelled: _Flag = field(default_factory=_Flag, repr=False)
+    _lost: Flag = field(default_factory=Flag, repr=False)
+    _cancelled: Flag = field(default_factory=Flag, repr=False)
 
     @property
     def lease_lost(self) -> bool:

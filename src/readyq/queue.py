@@ -2,21 +2,22 @@
 
 from __future__ import annotations
 
-import inspect
 import math
 import numbers
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from typing import Any, NamedTuple, TypeVar
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.orm import Session
+from typing_extensions import Unpack
 
-from readyq.dialects import dialect_class
+from readyq.config import WorkerOptions, WorkerOptionsDict
+from readyq.engines import DEFAULT_IDLE_TRANSACTION_TIMEOUT, create_engine
 from readyq.errors import (
     ConfigurationError,
     DependencyNotFound,
@@ -28,17 +29,17 @@ from readyq.errors import (
     QueueClosed,
     UnknownJobType,
 )
-from readyq.handlers import check_model, normalize_args
+from readyq.handlers import HandlerRegistry, HandlerSpec
 from readyq.metrics import Observers
-from readyq.model import Enqueued, GroupStats, Job, JobInfo
+from readyq.model import Enqueued, GroupStats, JobInfo
 from readyq.payload import DEFAULT_MAX_PAYLOAD_BYTES, encode
 from readyq.planning.backoff import DEFAULT_RETRY_BASE, DEFAULT_RETRY_MAX
 from readyq.planning.dag import insertion_order
-from readyq.planning.limits import Limits
-from readyq.rates import RateLimit
+from readyq.rate_limits import RateLimit
 from readyq.schema import DEFAULT_PREFIX, key_problem, validate_prefix
-from readyq.sessions import DEFAULT_IDLE_TRANSACTION_TIMEOUT, install_session_timeouts
 from readyq.store import BatchJob, NewJob, Store
+from readyq.validation import check_model, normalize_args
+from readyq.worker import Worker, WorkerStats
 
 DEFAULT_URL = "sqlite:///readyq.db"
 DEFAULT_MAX_ATTEMPTS = 3
@@ -75,27 +76,6 @@ class JobSpec:
     unique_key: str | None = None
 
 
-@dataclass(frozen=True)
-class HandlerSpec:
-    """A registered handler and its policies."""
-
-    type: str
-    fn: Callable[[Job], Any]
-    timeout: float | None
-    max_attempts: int | None
-    retry_on_timeout: bool
-    retry_base: float
-    retry_max: float
-    args_model: Any = None
-    result_model: Any = None
-    rate_limit: str | None = None
-    is_async: bool = field(init=False, repr=False, compare=False)
-
-    def __post_init__(self) -> None:
-        # Asked for every attempt: inspect once.
-        object.__setattr__(self, "is_async", inspect.iscoroutinefunction(self.fn))
-
-
 def _seconds(
     value: float | timedelta | None, what: str, *, allow_zero: bool = False
 ) -> float | None:
@@ -111,8 +91,8 @@ def _seconds(
     return seconds
 
 
-def _duration(value: float | timedelta | None, what: str) -> float | None:
-    """A positive duration option of a queue, or None."""
+def queue_duration(value: float | timedelta | None, what: str) -> float | None:
+    """A positive duration option of a queue, or None (ConfigurationError otherwise)."""
     try:
         return _seconds(value, what)
     except InvalidJobOption as exc:
@@ -197,7 +177,7 @@ class Queue:
         idle_transaction_timeout: float | timedelta | None = DEFAULT_IDLE_TRANSACTION_TIMEOUT,
     ) -> None:
         validate_prefix(prefix)
-        idle_timeout = _duration(idle_transaction_timeout, "idle_transaction_timeout")
+        idle_timeout = queue_duration(idle_transaction_timeout, "idle_transaction_timeout")
         if (
             isinstance(max_payload_bytes, bool)
             or not isinstance(max_payload_bytes, int)
@@ -217,21 +197,19 @@ class Queue:
         if isinstance(url, Engine):
             engine, owned = url, False
         else:
-            parsed = sa.make_url(url)
-            options = dict(dialect_class(parsed.get_backend_name()).engine_options())
-            options.update(engine_options or {})
-            engine, owned = sa.create_engine(parsed, **options), True
-            install_session_timeouts(engine, idle_timeout)
+            engine = create_engine(
+                url, options=engine_options, idle_transaction_timeout=idle_timeout
+            )
+            owned = True
         self.prefix = prefix
         self.max_payload_bytes = max_payload_bytes
         self.default_max_attempts = default_max_attempts
-        self._store = Store(engine, prefix, owned=owned)
-        # PostgreSQL LISTEN/NOTIFY wake-up (None: on where the database has it).
+        # Wake-ups by LISTEN/NOTIFY (None: on where the database has them).
         self.listen = listen
-        from readyq.wakeup import install_notify
-
-        install_notify(self._store, listen)
-        self._handlers: dict[str, HandlerSpec] = {}
+        self.store = Store(engine, prefix, owned=owned, listen=listen)
+        """The store behind this queue, for readyq's own tools (``readyq.admin``, the
+        dashboard); its methods are not part of the stable API."""
+        self._handlers = HandlerRegistry()
         self._observers = Observers(observers)
         self._rate_limits: dict[str, RateLimit] = {}
         self._closed = False
@@ -241,29 +219,28 @@ class Queue:
     @property
     def engine(self) -> Engine:
         """The engine readyq uses."""
-        return self._store.engine
+        return self.store.engine
 
     @property
     def database(self) -> str:
         """The database flavour: ``sqlite``, ``postgresql``, ``mysql`` or ``mariadb``."""
-        dialect = self._store.dialect
-        return getattr(dialect, "flavour", dialect.name)
+        return self.store.dialect.database
 
     def create_schema(self) -> None:
         """Create readyq's tables and indexes if they do not exist (idempotent)."""
-        self._check_open()
-        self._store.create_schema()
+        self.check_open()
+        self.store.create_schema()
 
     def drop_schema(self) -> None:
         """Drop readyq's tables for this prefix, with every job in them."""
-        self._check_open()
-        self._store.drop_schema()
+        self.check_open()
+        self.store.drop_schema()
 
     def close(self) -> None:
         """Release connections. The queue raises QueueClosed afterwards."""
         if not self._closed:
             self._closed = True
-            self._store._raw_engine.dispose()
+            self.store.dispose()
 
     def __enter__(self) -> Queue:
         return self
@@ -271,7 +248,8 @@ class Queue:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def _check_open(self) -> None:
+    def check_open(self) -> None:
+        """Raise QueueClosed once the queue is closed."""
         if self._closed:
             raise QueueClosed("this queue was closed")
 
@@ -290,6 +268,12 @@ class Queue:
         """The observers given to this queue."""
         return tuple(self._observers)
 
+    @property
+    def hooks(self) -> Observers:
+        """The fan-out to this queue's observers that the queue and its workers call
+        (one observer added later is seen by workers built before)."""
+        return self._observers
+
     def group_stats(self) -> dict[str, GroupStats]:
         """Per group: jobs claimable now, the longest wait among them, and jobs in flight.
 
@@ -297,8 +281,8 @@ class Queue:
         in-flight rows (finished jobs are never read): meant for metrics scrapes.
         Groups with nothing ready or in flight are left out.
         """
-        self._check_open()
-        return self._store.group_stats()
+        self.check_open()
+        return self.store.group_stats()
 
     # -- handlers ---------------------------------------------------------------------------
 
@@ -360,7 +344,7 @@ class Queue:
             limit_name = rate_limit
 
         def register(fn: F) -> F:
-            self._handlers[type] = HandlerSpec(
+            self._handlers.register(HandlerSpec(
                 type=type,
                 fn=fn,
                 timeout=timeout_s,
@@ -371,14 +355,15 @@ class Queue:
                 args_model=args_model,
                 result_model=result_model,
                 rate_limit=limit_name,
-            )
+            ))
             return fn
 
         return register
 
     @property
     def handlers(self) -> dict[str, HandlerSpec]:
-        return dict(self._handlers)
+        """The registered handlers, by job type (a copy)."""
+        return self._handlers.snapshot()
 
     def rate_limit(self, name: str, limit: int, *, per: float | timedelta) -> RateLimit:
         """Define a rate limit: at most ``limit`` job starts in any ``per`` seconds.
@@ -435,7 +420,7 @@ class Queue:
         is_container: bool,
         unique_key: str | None = None,
     ) -> NewJob:
-        self._check_open()
+        self.check_open()
         options = self._options(
             type, group, weight, priority, max_attempts, timeout, is_container
         )
@@ -583,7 +568,7 @@ class Queue:
             parent=parent, run_after=run_after, max_attempts=max_attempts, timeout=timeout,
             is_container=False, unique_key=unique_key,
         )
-        job_id = self._store.enqueue(job, connection=self._connection(connection))
+        job_id = self.store.enqueue(job, connection=self._connection(connection))
         if self._observers:
             self._observers.emit("on_enqueued", 1, type)
         return job_id
@@ -621,7 +606,7 @@ class Queue:
             parent=parent, run_after=run_after, max_attempts=max_attempts, timeout=timeout,
             is_container=False, unique_key=_key(unique_key, "unique_key", InvalidUniqueKey),
         )
-        return Enqueued(*self._store.enqueue_unique(job, connection=self._connection(connection)))
+        return Enqueued(*self.store.enqueue_unique(job, connection=self._connection(connection)))
 
     def enqueue_container(
         self,
@@ -644,7 +629,7 @@ class Queue:
             type, args, group=group, weight=weight, priority=0, depends_on=depends_on,
             parent=parent, run_after=None, max_attempts=1, timeout=None, is_container=True,
         )
-        return self._store.enqueue(job, connection=self._connection(connection))
+        return self.store.enqueue(job, connection=self._connection(connection))
 
     def enqueue_many(
         self,
@@ -707,7 +692,7 @@ class Queue:
                 return keys[value]
             return -1
 
-        self._check_open()
+        self.check_open()
         deps_in: dict[int, list[int]] = {}
         parent_in: dict[int, int | None] = {}
         built: list[NewJob] = []
@@ -785,7 +770,7 @@ class Queue:
                 )
                 for pos in order
             ]
-        ids = self._store.enqueue_many(batch, connection=self._connection(connection))
+        ids = self.store.enqueue_many(batch, connection=self._connection(connection))
         if self._observers:
             per_type = Counter(spec.type for spec in specs if not spec.container)
             for type_, n in per_type.items():
@@ -796,8 +781,8 @@ class Queue:
 
     def get(self, job_id: int) -> JobInfo:
         """The job's current state, result, error and attempts. Raises JobNotFound."""
-        self._check_open()
-        return self._store.get(_job_id(job_id, "job id"))
+        self.check_open()
+        return self.store.get(_job_id(job_id, "job id"))
 
     def cancel(self, job_id: int) -> bool:
         """Cancel a job. Returns False if it had already ended.
@@ -807,13 +792,13 @@ class Queue:
         ``job.cancelled`` at the next heartbeat, and the job ends ``cancelled`` unless
         the handler returns a result first. Cancelling a container cancels its children.
         """
-        self._check_open()
-        return self._store.cancel(_job_id(job_id, "job id"))
+        self.check_open()
+        return self.store.cancel(_job_id(job_id, "job id"))
 
     def counts(self) -> dict[str, int]:
         """Number of jobs in each state."""
-        self._check_open()
-        return self._store.counts()
+        self.check_open()
+        return self.store.counts()
 
     def wait(
         self,
@@ -829,12 +814,12 @@ class Queue:
         :class:`JobNotFound` for an unknown id. It returns failed, cancelled and
         upstream_failed jobs as well: check ``info.state``.
         """
-        self._check_open()
+        self.check_open()
         limit = _seconds(timeout, "timeout", allow_zero=True)
         deadline = None if limit is None else time.monotonic() + limit
         delay = min(0.01, poll_interval)
         while True:
-            info = self._store.get(_job_id(job_id, "job id"))
+            info = self.store.get(_job_id(job_id, "job id"))
             if info.is_terminal:
                 return info
             if deadline is not None and time.monotonic() >= deadline:
@@ -842,91 +827,36 @@ class Queue:
                     f"job {job_id} is still {info.state.value} after {limit:g}s"
                 )
             pause = delay if deadline is None else min(delay, max(0.0, deadline - time.monotonic()))
-            time.sleep(pause)
+            self.store.pause(pause)
             delay = min(delay * 2, poll_interval)
 
     # -- workers ---------------------------------------------------------------------------------
 
-    def worker(
-        self,
-        *,
-        concurrency: Limits = 1,
-        lease_ttl: float | timedelta = 30.0,
-        heartbeat_interval: float | timedelta = 10.0,
-        poll_interval: float | timedelta = 1.0,
-        types: Sequence[str] | None = None,
-        worker_id: str | None = None,
-        max_running: int | None = None,
-        shutdown_grace: float | timedelta = 0.0,
-        freeze_gc: bool = True,
-    ) -> Any:
-        """Build a :class:`readyq.Worker` over this queue's handlers (see run_worker)."""
-        from readyq.worker import Worker
-
-        self._check_open()
+    def worker(self, **options: Unpack[WorkerOptionsDict]) -> Worker:
+        """Build a :class:`readyq.Worker` over this queue's handlers; the options are
+        those of :class:`readyq.WorkerOptions` (see :meth:`run_worker`)."""
+        self.check_open()
         return Worker(
-            self,
-            concurrency=concurrency,
-            lease_ttl=lease_ttl,
-            heartbeat_interval=heartbeat_interval,
-            poll_interval=poll_interval,
-            types=types,
-            worker_id=worker_id,
-            max_running=max_running,
-            shutdown_grace=shutdown_grace,
-            freeze_gc=freeze_gc,
+            self.store,
+            self.handlers,
+            self.hooks,
+            self.rate_limits,
+            WorkerOptions(**options),
+            max_payload_bytes=self.max_payload_bytes,
+            listen=self.listen,
         )
 
     def run_worker(
-        self,
-        *,
-        concurrency: Limits = 1,
-        lease_ttl: float | timedelta = 30.0,
-        heartbeat_interval: float | timedelta = 10.0,
-        poll_interval: float | timedelta = 1.0,
-        until_idle: bool = False,
-        types: Sequence[str] | None = None,
-        worker_id: str | None = None,
-        max_running: int | None = None,
-        shutdown_grace: float | timedelta = 0.0,
-        freeze_gc: bool = True,
-    ) -> Any:
+        self, *, until_idle: bool = False, **options: Unpack[WorkerOptionsDict]
+    ) -> WorkerStats:
         """Run jobs until stopped (or, with ``until_idle``, until none is left to run).
 
-        Args:
-            concurrency: the global cap: an int, a callable re-read every tick (free GPU
-                slots, API budget...), or a list of them, combined as their minimum. It
-                holds across every worker process on the database.
-            lease_ttl: how long a claim lives without a heartbeat.
-            heartbeat_interval: how often running jobs' leases are extended; at most
-                half of ``lease_ttl``.
-            poll_interval: longest wait between two looks for runnable jobs.
-            until_idle: return once every job of the worker's types has ended.
-            types: job types this worker runs (default: every registered handler).
-            max_running: most jobs this process runs at once (default: the whole cap).
-                The cap is global, so without it one process may take every slot; set it
-                to spread work over processes or hosts.
-            shutdown_grace: seconds that SIGTERM/SIGINT (handled while this runs in the
-                main thread) give running jobs to finish; the rest are then handed back
-                at once, uncharged. A second signal hands them back immediately.
-            freeze_gc: while the worker runs, leave the objects that existed when it
-                started (modules, caches, the application's state) out of the garbage
-                collector's passes, which otherwise walk all of them every several
-                thousand jobs (``gc.freeze()``, process-wide, undone when the last worker
-                of the process returns; a heap the application froze itself is left
-                alone).
-                Cyclic garbage among those objects is then collected only afterwards.
+        The options are those of :class:`readyq.WorkerOptions`: ``concurrency`` (the
+        global cap: an int, a callable re-read every tick, or a list of them combined as
+        their minimum), ``lease_ttl``, ``heartbeat_interval``, ``poll_interval``,
+        ``types``, ``worker_id``, ``max_running``, ``shutdown_grace`` and ``freeze_gc``.
+        ``until_idle`` returns once every job of the worker's types has ended.
 
         Returns the worker's :class:`readyq.WorkerStats`.
         """
-        return self.worker(
-            concurrency=concurrency,
-            lease_ttl=lease_ttl,
-            heartbeat_interval=heartbeat_interval,
-            poll_interval=poll_interval,
-            types=types,
-            worker_id=worker_id,
-            max_running=max_running,
-            shutdown_grace=shutdown_grace,
-            freeze_gc=freeze_gc,
-        ).run(until_idle=until_idle)
+        return self.worker(**options).run(until_idle=until_idle)

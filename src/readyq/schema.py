@@ -9,6 +9,7 @@ on all three databases, where SQLite would otherwise compare datetimes as text.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import sqlalchemy as sa
@@ -54,7 +55,6 @@ LIVE_KEY_EXPRESSION = f"CASE WHEN {NOT_ENDED} THEN unique_key END"
 WAITING_TYPE_EXPRESSION = "CASE WHEN state = 'waiting' THEN type END"
 # MySQL and MariaDB: the type of a ready job, else NULL (indexed the same way).
 READY_TYPE_EXPRESSION = "CASE WHEN state = 'ready' THEN type END"
-MYSQL_DIALECTS = ("mysql", "mariadb")
 
 
 MAX_KEY_CHARS = 200
@@ -145,6 +145,27 @@ INSERT_COLUMNS = (
 
 
 @dataclass(frozen=True)
+class TableTraits:
+    """What the statements over a database's tables may rely on, fixed when the tables
+    are built (each dialect declares its own: ``Dialect.table_traits``).
+
+    ``partial_indexes``: the ready, in-flight, waiting and live-key indexes are partial.
+    Without them (MySQL, MariaDB) the jobs table has the generated columns
+    ``live_unique_key``, ``waiting_type`` and ``ready_type`` that stand in for three of
+    them, and reads name those columns.
+
+    ``type_test``: when set, reads of the ready jobs of some types test the type with it
+    (rather than ``IN``) and order by the type first: how PostgreSQL's planner is held to
+    the index of ready jobs by type (see :func:`readyq.sql.ready.ready_of_type`).
+    """
+
+    partial_indexes: bool = True
+    type_test: Callable[[sa.ColumnElement[str], Sequence[str]], sa.ColumnElement[bool]] | None = (
+        None
+    )
+
+
+@dataclass(frozen=True)
 class Tables:
     """The readyq tables for one prefix."""
 
@@ -155,17 +176,17 @@ class Tables:
     gate: sa.Table
     rate_limits: sa.Table
     rate_slots: sa.Table
-    # SQLAlchemy's dialect name the tables were built for (None: portable definitions).
-    dialect: str | None = None
+    traits: TableTraits = TableTraits()
+
+    @property
+    def prefix(self) -> str:
+        """The table prefix these tables were built for."""
+        return self.jobs.name[: -len("jobs")]
 
 
-def build_tables(prefix: str = DEFAULT_PREFIX, dialect: str | None = None) -> Tables:
-    """Build the table definitions for ``prefix`` (validated first).
-
-    ``dialect`` is SQLAlchemy's dialect name. On ``mysql`` and ``mariadb``, which have no
-    partial indexes, the jobs table has the generated columns ``live_unique_key``,
-    ``waiting_type`` and ``ready_type`` that stand in for three of them.
-    """
+def build_tables(prefix: str = DEFAULT_PREFIX, traits: TableTraits = TableTraits()) -> Tables:
+    """Build the table definitions for ``prefix`` (validated first), for a database with
+    ``traits``."""
     validate_prefix(prefix)
     md = sa.MetaData(naming_convention=NAMING_CONVENTION)
     jobs = sa.Table(
@@ -206,7 +227,8 @@ def build_tables(prefix: str = DEFAULT_PREFIX, dialect: str | None = None) -> Ta
         # Deduplication key: at most one job that has not ended holds a given key.
         sa.Column("unique_key", Key, nullable=True),
     )
-    if dialect in MYSQL_DIALECTS:
+    generated = not traits.partial_indexes
+    if generated:
         live = sa.Column(
             "live_unique_key", Key, sa.Computed(LIVE_KEY_EXPRESSION, persisted=True)
         )
@@ -225,7 +247,7 @@ def build_tables(prefix: str = DEFAULT_PREFIX, dialect: str | None = None) -> Ta
     # index conditions, so a leading ``state`` would keep a probe by group from seeking.
     # MySQL and MariaDB have no partial indexes: there ``state`` leads.
     ready = jobs.c.state == "ready"
-    lead = [jobs.c.state] if dialect in MYSQL_DIALECTS else []
+    lead = [jobs.c.state] if generated else []
     sa.Index(
         f"{prefix}jobs_state_run_after_ix",
         *lead,
@@ -264,7 +286,7 @@ def build_tables(prefix: str = DEFAULT_PREFIX, dialect: str | None = None) -> Ta
     # unfinished jobs is then read from indexes alone (migration readyq_0004). MySQL and
     # MariaDB have no partial indexes: there the index is on a virtual column that holds
     # the type of waiting jobs only, so that no claim or finish changes its entries.
-    if dialect in MYSQL_DIALECTS:
+    if generated:
         waiting_type = sa.Column(
             "waiting_type", Key, sa.Computed(WAITING_TYPE_EXPRESSION, persisted=False)
         )
@@ -284,7 +306,7 @@ def build_tables(prefix: str = DEFAULT_PREFIX, dialect: str | None = None) -> Ta
     # order it claims them, without stepping over the other types' (readyq_0006). MySQL
     # and MariaDB index a virtual column again, here the type of ready jobs.
     by_type = [jobs.c.group_key, jobs.c.priority.desc(), jobs.c.id]
-    if dialect in MYSQL_DIALECTS:
+    if generated:
         ready_type = sa.Column(
             "ready_type", Key, sa.Computed(READY_TYPE_EXPRESSION, persisted=False)
         )
@@ -361,5 +383,5 @@ def build_tables(prefix: str = DEFAULT_PREFIX, dialect: str | None = None) -> Ta
         gate=gate,
         rate_limits=rate_limits,
         rate_slots=rate_slots,
-        dialect=dialect,
+        traits=traits,
     )

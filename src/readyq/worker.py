@@ -19,25 +19,26 @@ import threading
 import time
 import traceback
 from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
-from datetime import timedelta
-from typing import TYPE_CHECKING, Any
+from functools import partial
+from typing import Any
 
+from readyq.config import WorkerOptions
 from readyq.errors import ConfigurationError, InvalidJob, LeaseLost
-from readyq.handlers import dump_result, parse_args
-from readyq.metrics import FINISHED_STATES
-from readyq.model import ClaimedJob, Job, job_log_fields
+from readyq.handlers import HandlerSpec
+from readyq.metrics import FINISHED_STATES, Observers
+from readyq.model import ClaimedJob, Flag, Job, job_log_fields
 from readyq.payload import decode, encode
 from readyq.planning.backoff import retry_delay
-from readyq.planning.limits import Limits, current_cap, normalize
-from readyq.store import Lease, Outcome
+from readyq.planning.caps import current_cap
+from readyq.rate_limits import RateLimit
+from readyq.store import Lease, Outcome, OutcomeKind, Store
 from readyq.tracing import attempt_span, mark_failed, spans_enabled
 from readyq.transient import BACKOFF_MAX, describe, is_transient, next_backoff
-
-if TYPE_CHECKING:
-    from readyq.queue import HandlerSpec, Queue
+from readyq.validation import dump_result, parse_args
+from readyq.wakeup import start_listener
 
 log = logging.getLogger("readyq.worker")
 
@@ -114,10 +115,15 @@ class TickResult:
 
 
 @dataclass(slots=True)
-class _Running:
+class RunningAttempt:
+    """An attempt this worker holds a lease for."""
+
     claimed: ClaimedJob
     job: Job
     spec: HandlerSpec
+    # The job's ``lease_lost`` and ``cancelled``, set by this worker.
+    lost: Flag
+    cancelled: Flag
     cancel_seen: bool = False
     # This process's monotonic time by which the lease surely still holds: the start of
     # the transaction that claimed (or last extended) it, plus the lease length. The
@@ -134,7 +140,7 @@ class _Inbox:
     wake: threading.Event = field(default_factory=threading.Event)
 
 
-class _HandlerPool:
+class HandlerPool:
     """Daemon threads that run handlers, reused when idle, added when all are busy.
 
     Waking a thread costs far more than a short handler, so a batch of tasks does not
@@ -250,7 +256,7 @@ def done_outcome(
         result_json = encode(value, max_bytes=max_bytes, what="result")
     except InvalidJob as exc:
         raise ValueError(str(exc)) from None
-    return Outcome(job=c, kind="done", result_json=result_json, duration=duration)
+    return Outcome(job=c, kind=OutcomeKind.DONE, result_json=result_json, duration=duration)
 
 
 def failed_outcome(
@@ -270,18 +276,11 @@ def failed_outcome(
         "job": c, "error": error, "duration": duration, "error_type": type(exc).__name__,
     }
     if job.cancelled:
-        return Outcome(kind="cancel", **common)
+        return Outcome(kind=OutcomeKind.CANCEL, **common)
     if c.attempt < c.max_attempts:
         delay = retry_delay(c.attempt, base=spec.retry_base, maximum=spec.retry_max)
-        return Outcome(kind="retry", delay=delay, **common)
-    return Outcome(kind="fail", **common)
-
-
-def _as_seconds(value: float | timedelta, what: str) -> float:
-    seconds = value.total_seconds() if isinstance(value, timedelta) else value
-    if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or seconds <= 0:
-        raise ConfigurationError(f"{what} must be a positive duration, not {value!r}")
-    return float(seconds)
+        return Outcome(kind=OutcomeKind.RETRY, delay=delay, **common)
+    return Outcome(kind=OutcomeKind.FAIL, **common)
 
 
 def default_worker_id() -> str:
@@ -291,85 +290,62 @@ def default_worker_id() -> str:
 
 
 class Worker:
-    """Runs a queue's handlers. Build it with ``Queue.worker()``; see ``Queue.run_worker``."""
+    """Runs handlers: claims jobs under the cap, heartbeats, records their outcomes.
+
+    Build it with ``Queue.worker()``. It works with exactly what it is given: the store,
+    the handlers by job type, the observers (shared with the queue, so one added later is
+    seen), the rate limits by name, and its :class:`readyq.WorkerOptions`.
+    """
 
     def __init__(
         self,
-        queue: Queue,
+        store: Store,
+        handlers: Mapping[str, HandlerSpec],
+        observers: Observers,
+        rate_limits: Mapping[str, RateLimit],
+        options: WorkerOptions,
         *,
-        concurrency: Limits,
-        lease_ttl: float | timedelta,
-        heartbeat_interval: float | timedelta,
-        poll_interval: float | timedelta,
-        types: Any = None,
-        worker_id: str | None = None,
-        max_running: int | None = None,
-        shutdown_grace: float | timedelta = 0.0,
-        freeze_gc: bool = True,
+        max_payload_bytes: int,
+        listen: bool | None = None,
     ) -> None:
-        self.queue = queue
-        self.store = queue._store
-        self.limits = normalize(concurrency)
-        self.lease_ttl = _as_seconds(lease_ttl, "lease_ttl")
-        self.heartbeat_interval = _as_seconds(heartbeat_interval, "heartbeat_interval")
-        self.poll_interval = _as_seconds(poll_interval, "poll_interval")
-        if max_running is not None and (
-            isinstance(max_running, bool) or not isinstance(max_running, int) or max_running < 1
-        ):
-            raise ConfigurationError(f"max_running must be an int >= 1, not {max_running!r}")
-        self.max_running = max_running
-        if not isinstance(freeze_gc, bool):
-            raise ConfigurationError(f"freeze_gc must be True or False, not {freeze_gc!r}")
+        self.store = store
+        self.options = options
+        self.limits = options.limits
+        self.lease_ttl = options.lease_seconds
+        self.heartbeat_interval = options.heartbeat_seconds
+        self.poll_interval = options.poll_seconds
+        self.max_running = options.max_running
         # Whether ``run`` keeps the heap that existed before it out of the garbage
         # collector's passes (see ``frozen_heap``).
-        self.freeze_gc = freeze_gc
-        grace = (
-            shutdown_grace.total_seconds()
-            if isinstance(shutdown_grace, timedelta)
-            else shutdown_grace
-        )
-        if (
-            isinstance(grace, bool)
-            or not isinstance(grace, (int, float))
-            or not 0 <= grace < float("inf")
-        ):
-            raise ConfigurationError(
-                f"shutdown_grace must be a duration >= 0, not {shutdown_grace!r}"
-            )
+        self.freeze_gc = options.freeze_gc
         # Seconds that SIGTERM/SIGINT give running jobs to finish before they are handed back.
-        self.shutdown_grace = float(grace)
+        self.shutdown_grace = options.grace_seconds
+        self.max_payload_bytes = max_payload_bytes
+        self.listen = listen
         self._grace_until: float | None = None
-        if self.heartbeat_interval * 2 > self.lease_ttl:
-            raise ConfigurationError(
-                f"heartbeat_interval ({self.heartbeat_interval:g}s) must be at most half of "
-                f"lease_ttl ({self.lease_ttl:g}s), so that one late heartbeat does not lose "
-                "the lease"
-            )
-        handlers = queue.handlers
         if not handlers:
             raise ConfigurationError("register at least one handler before starting a worker")
-        if types is None:
-            types = sorted(handlers)
+        types = sorted(handlers) if options.types is None else list(options.types)
         unknown = [t for t in types if t not in handlers]
         if unknown:
             raise ConfigurationError(f"no handler registered for type(s): {', '.join(unknown)}")
-        self.types: list[str] = list(types)
-        self.handlers = handlers
-        # The queue's observers, shared: one added to the queue later is seen here too.
-        self.observers = queue._observers
+        self.types: list[str] = types
+        self.handlers = dict(handlers)
+        self.observers = observers
         # Job type -> the rate limit on its starts, shared through the database.
-        limits = queue.rate_limits
         self.rate_limits = {
-            t: limits[name] for t in self.types if (name := handlers[t].rate_limit) is not None
+            t: rate_limits[name]
+            for t in self.types
+            if (name := self.handlers[t].rate_limit) is not None
         }
-        self.worker_id = worker_id or default_worker_id()
+        self.worker_id = options.worker_id or default_worker_id()
         self.stats = WorkerStats()
-        self._running: dict[int, _Running] = {}
+        self._running: dict[int, RunningAttempt] = {}
         self._inbox = _Inbox()
         self._stop = threading.Event()
         self._last_heartbeat = time.monotonic()
         self._last_reclaim = 0.0
-        self._pool = _HandlerPool()
+        self._pool: Any = HandlerPool()
         # Database reachability: connected once (dialect known), and the outage under way.
         self._connected = False
         self._outage_since: float | None = None
@@ -382,6 +358,12 @@ class Worker:
         # Import the tracing API (when installed) now rather than at the first claim,
         # where it held the first jobs back for several milliseconds.
         spans_enabled()
+
+    @property
+    def listener(self) -> Any:
+        """The connection listening for wake-ups, while one runs (see
+        :mod:`readyq.wakeup`); None while the worker polls only."""
+        return self._listener
 
     # -- the loop -----------------------------------------------------------------------
 
@@ -403,7 +385,7 @@ class Worker:
         self.store.has_unfinished(self.types)
         self.store.reclaim_due()
         cap = current_cap(self.limits)
-        self.store.rehearse(
+        self.store.dry_run_cycle(
             self.worker_id,
             cap=cap,
             limit=self._local_cap(cap),
@@ -458,7 +440,7 @@ class Worker:
                      extra={"event": "worker_interrupted", "worker_id": self.worker_id})
             self._stop.set()
         finally:
-            listener = getattr(self, "_listener", None)
+            listener = self._listener
             if listener is not None:
                 listener.stop()
             try:
@@ -474,8 +456,6 @@ class Worker:
     def _run_ticks(self, until_idle: bool) -> None:
         """Tick until stopped. The database may be unreachable at any moment, start-up
         included: the loop then backs off and tries again (see ``_outage``)."""
-        from readyq.wakeup import start_listener
-
         self._listener = None
         listen_at: float | None = 0.0  # when to (re)try setting up LISTEN; None: done
         listen_backoff = 0.0
@@ -489,7 +469,9 @@ class Worker:
                     # reconnects by itself. Until then, and if it cannot be set up at
                     # all, polling does the work.
                     try:
-                        start_listener(self)
+                        self._listener = start_listener(
+                            self.store, self.listen, self._inbox.wake.set
+                        )
                         listen_at = None
                     except Exception as exc:
                         if is_transient(exc):
@@ -517,7 +499,7 @@ class Worker:
         """Reach the database once: detect its dialect and check its version."""
         self.store.dialect  # noqa: B018 - connects on first use
         self._connected = True
-        log.info("worker %s connected to %s", self.worker_id, self.store.dialect.name)
+        log.info("worker %s connected to %s", self.worker_id, self.store.dialect.database)
 
     def _outlives(self, exc: BaseException) -> bool:
         """Whether a failed tick is waited out: a transient failure (see
@@ -601,7 +583,7 @@ class Worker:
             except Exception as exc:
                 if not self._outlives(exc):
                     raise
-                time.sleep(min(self._outage(exc), left))
+                self.store.pause(min(self._outage(exc), left))
                 continue
             self._recovered()
             if self._running and not self._inbox.outcomes:
@@ -653,7 +635,7 @@ class Worker:
         reclaimed = 0
         if now - self._last_reclaim >= self.poll_interval:
             self._last_reclaim = now
-            result = self.store.reclaim()
+            result = self.store.reclaim_expired()
             reclaimed = result.total
             self.stats.reclaimed += reclaimed
             self.stats.timed_out += result.timed_out
@@ -674,7 +656,7 @@ class Worker:
         began = time.perf_counter()
         lease_from = time.monotonic()
         try:
-            applied, claimed = self.store.cycle(
+            applied, claimed = self.store.finish_and_claim(
                 self.worker_id,
                 outcomes,
                 cap=cap,
@@ -715,9 +697,10 @@ class Worker:
         entries = [self._entry(c, lease_until, traced) for c in claimed]
         self._pool.submit_many(self._execute, entries)
 
-    def _entry(self, c: ClaimedJob, lease_until: float, traced: bool = False) -> _Running:
+    def _entry(self, c: ClaimedJob, lease_until: float, traced: bool = False) -> RunningAttempt:
         """Register a claimed attempt as running here (its handler not yet started)."""
         spec = self.handlers[c.type]
+        lost, cancelled = Flag(), Flag()
         job = Job(
             id=c.id,
             type=c.type,
@@ -728,9 +711,12 @@ class Worker:
             parent_id=c.parent_id,
             lease_token=c.lease_token,
             worker_id=self.worker_id,
-            _heartbeat=self._job_heartbeat,
+            _heartbeat=partial(self._job_heartbeat, lost=lost, cancelled=cancelled),
+            _lost=lost,
+            _cancelled=cancelled,
         )
-        entry = _Running(c, job, spec, lease_until=lease_until, traced=traced)
+        entry = RunningAttempt(c, job, spec, lost, cancelled, lease_until=lease_until,
+                               traced=traced)
         stale = self._running.get(c.id)
         if stale is not None:  # an earlier attempt of this job that timed out here
             self._lose(stale)
@@ -743,7 +729,7 @@ class Worker:
             self.observers.emit("on_started", job)
         return entry
 
-    def _execute(self, entry: _Running) -> None:
+    def _execute(self, entry: RunningAttempt) -> None:
         began = time.monotonic()
         if self._too_late(entry, began):
             return
@@ -754,19 +740,19 @@ class Worker:
             outcome = self._attempt(entry, began, None)
         self._report(outcome)
 
-    def _attempt(self, entry: _Running, began: float, span: Any) -> Outcome:
+    def _attempt(self, entry: RunningAttempt, began: float, span: Any) -> Outcome:
         """Run the handler; the attempt's outcome, whatever the handler did."""
         job, spec = entry.job, entry.spec
         try:
             prepare_job(job, spec)
             value = asyncio.run(spec.fn(job)) if spec.is_async else spec.fn(job)
-            return done_outcome(entry.claimed, value, self.queue.max_payload_bytes, spec,
+            return done_outcome(entry.claimed, value, self.max_payload_bytes, spec,
                                 duration=time.monotonic() - began)
         except BaseException as exc:  # a handler's failure, whatever it is, fails it
             return self._failed(entry, began, span, exc)
 
     def _failed(
-        self, entry: _Running, began: float, span: Any, exc: BaseException
+        self, entry: RunningAttempt, began: float, span: Any, exc: BaseException
     ) -> Outcome:
         """The outcome of an attempt whose handler (or its args or result) raised
         ``exc``, called from its ``except`` block. An exit that is not an Exception
@@ -779,7 +765,7 @@ class Worker:
             raise exc
         return outcome
 
-    def _too_late(self, entry: _Running, now: float) -> bool:
+    def _too_late(self, entry: RunningAttempt, now: float) -> bool:
         """True (and the job handed back) when the lease may have expired before the
         handler could start.
 
@@ -790,12 +776,12 @@ class Worker:
         if now < entry.lease_until:
             return False
         c = entry.claimed
-        entry.job._lost.set()
+        entry.lost.set()
         log.warning("job %d attempt %d: not started, its lease may have expired before the "
                     "handler could start; handed back", c.id, c.attempt,
                     extra={**claimed_fields(c), "event": "start_skipped",
                            "worker_id": self.worker_id})
-        self._report(Outcome(job=c, kind="release"))
+        self._report(Outcome(job=c, kind=OutcomeKind.RELEASE))
         return True
 
     def _report(self, outcome: Outcome) -> None:
@@ -827,23 +813,23 @@ class Worker:
                     "job %d attempt %d: outcome %r fenced out (lease lost)",
                     o.job.id,
                     o.job.attempt,
-                    o.kind,
+                    str(o.kind),
                     extra={**claimed_fields(o.job), "worker_id": self.worker_id,
-                           "event": "write_fenced", "outcome": o.kind},
+                           "event": "write_fenced", "outcome": str(o.kind)},
                 )
                 continue
-            if o.kind == "done":
+            if o.kind == OutcomeKind.DONE:
                 self.stats.done += 1
-            elif o.kind == "retry":
+            elif o.kind == OutcomeKind.RETRY:
                 self.stats.retried += 1
-            elif o.kind == "fail":
+            elif o.kind == OutcomeKind.FAIL:
                 self.stats.failed += 1
-            elif o.kind == "cancel":
+            elif o.kind == OutcomeKind.CANCEL:
                 self.stats.cancelled += 1
-            state = FINISHED_STATES.get(o.kind)
+            state = FINISHED_STATES.get(str(o.kind))
             if state is None:
                 continue
-            if log.isEnabledFor(logging.INFO if o.kind != "fail" else logging.WARNING):
+            if log.isEnabledFor(logging.INFO if o.kind != OutcomeKind.FAIL else logging.WARNING):
                 self._log_end(o, state)
             if self.observers:
                 job = entry.job if mine and entry is not None else self._job_of(o.job)
@@ -857,11 +843,11 @@ class Worker:
                  "state": state, "duration": round(o.duration, 6)}
         if o.error_type is not None:
             extra["error_type"] = o.error_type
-        if o.kind == "retry":
+        if o.kind == OutcomeKind.RETRY:
             extra.update(event="job_retry_scheduled", retry_in=round(o.delay, 3))
             log.info("job %d (%s) attempt %d raised %s after %.3fs; retry in %.1fs",
                      c.id, c.type, c.attempt, o.error_type, o.duration, o.delay, extra=extra)
-        elif o.kind == "fail":
+        elif o.kind == OutcomeKind.FAIL:
             log.warning("job %d (%s) attempt %d raised %s after %.3fs; the job failed",
                         c.id, c.type, c.attempt, o.error_type, o.duration, extra=extra)
         else:
@@ -870,10 +856,13 @@ class Worker:
 
     def _job_of(self, c: ClaimedJob) -> Job:
         """A Job for the hooks when the attempt's own object is gone."""
+        lost, cancelled = Flag(), Flag()
         return Job(
             id=c.id, type=c.type, args=decode(c.args_json), attempt=c.attempt,
             max_attempts=c.max_attempts, group=c.group, parent_id=c.parent_id,
-            lease_token=c.lease_token, worker_id=self.worker_id, _heartbeat=self._job_heartbeat,
+            lease_token=c.lease_token, worker_id=self.worker_id,
+            _heartbeat=partial(self._job_heartbeat, lost=lost, cancelled=cancelled),
+            _lost=lost, _cancelled=cancelled,
         )
 
     def _heartbeat(self) -> int:
@@ -888,29 +877,31 @@ class Worker:
             if not st.lost:
                 e.lease_until = began + self.lease_ttl
             if st.cancel_requested:
-                e.job._cancelled.set()
+                e.cancelled.set()
             if st.lost:
                 self._lose(e)
         return len(leases)
 
-    def _lose(self, e: _Running) -> None:
+    def _lose(self, e: RunningAttempt) -> None:
         if self._running.pop(e.claimed.id, None) is not None:
             self.stats.leases_lost += 1
-            e.job._lost.set()
+            e.lost.set()
             log.warning("job %d attempt %d: lease lost; the attempt is abandoned",
                         e.claimed.id, e.claimed.attempt,
                         extra={**claimed_fields(e.claimed), "event": "lease_lost",
                                "worker_id": self.worker_id})
 
-    def _job_heartbeat(self, job: Job) -> None:
+    def _job_heartbeat(self, job: Job, *, lost: Flag, cancelled: Flag) -> None:
+        """``job.heartbeat()``: extend its lease now; ``lost`` and ``cancelled`` are the
+        job's flags."""
         status = self.store.heartbeat(
             self.worker_id, [Lease(job.id, job.lease_token)], self.lease_ttl
         )
         st = status.get(job.id)
         if st is not None and st.cancel_requested:
-            job._cancelled.set()
+            cancelled.set()
         if st is None or st.lost:
-            job._lost.set()
+            lost.set()
             raise LeaseLost(f"job {job.id} attempt {job.attempt} lost its lease")
 
     def _shutdown(self) -> None:
@@ -920,15 +911,18 @@ class Worker:
             outcomes = list(self._inbox.outcomes)
             self._inbox.outcomes.clear()
             if outcomes:
-                self._record(outcomes, self.store.finish(self.worker_id, outcomes))
+                self._record(outcomes, self.store.record_outcomes(self.worker_id, outcomes))
             if self._running:
-                releases = [Outcome(job=e.claimed, kind="release") for e in self._running.values()]
+                releases = [
+                    Outcome(job=e.claimed, kind=OutcomeKind.RELEASE)
+                    for e in self._running.values()
+                ]
                 for e in self._running.values():
-                    e.job._lost.set()
+                    e.lost.set()
                 handed = sorted(e.claimed.id for e in self._running.values())
                 # Recorded like any outcome: a hand-back the fence refuses (the lease was
                 # reclaimed meanwhile) is reported as fenced out, not passed over.
-                self._record(releases, self.store.finish(self.worker_id, releases))
+                self._record(releases, self.store.record_outcomes(self.worker_id, releases))
                 log.info("worker %s handed back %d running job(s)", self.worker_id,
                          len(releases),
                          extra={"event": "jobs_handed_back", "worker_id": self.worker_id,

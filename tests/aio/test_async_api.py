@@ -19,7 +19,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 import readyq
 from async_support import Runner, async_engine
 from readyq import JobState
-from readyq.store import Outcome
+from readyq.store import Outcome, OutcomeKind
 
 OPTIONS: dict[str, Any] = {
     "concurrency": 4, "poll_interval": 0.02, "lease_ttl": 10.0, "heartbeat_interval": 2.0,
@@ -34,12 +34,12 @@ class Api:
         if mode == "sync":
             self.q: Any = readyq.Queue(db)
             self.runner = None
-            self.store = self.q._store
+            self.store = self.q.store
         else:
             self.runner = Runner()
             self.engine = async_engine(db)
             self.q = readyq.AsyncQueue(self.engine)
-            self.store = self.q._astore.sync
+            self.store = self.q.queue.store
         self.call(self.q.create_schema)
 
     def call(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
@@ -51,7 +51,7 @@ class Api:
     def store_call(self, method: str, *args: Any, **kwargs: Any) -> Any:
         fn = getattr(self.store, method)
         if self.runner is not None:
-            return self.runner.run(self.q._astore.call(fn, *args, **kwargs))
+            return self.runner.run(self.q.run(fn, *args, **kwargs))
         return fn(*args, **kwargs)
 
     def handler(self, *args: Any, **kwargs: Any) -> Any:
@@ -145,16 +145,20 @@ def test_a_stale_finish_is_fenced_out(api: Api) -> None:
 
     job_id = api.enqueue("t", {})
     cycle = {"cap": 10, "limit": 10, "ttl": 5.0, "types": ["t"], "start": {"t": (None, True)}}
-    _, [first] = api.store_call("cycle", "worker-a", [], **cycle)
+    _, [first] = api.store_call("finish_and_claim", "worker-a", [], **cycle)
     api.store.clock_offset += 60  # worker-a's lease expires
-    assert api.store_call("reclaim").retried == 1
+    assert api.store_call("reclaim_expired").retried == 1
     api.store.clock_offset += 600  # past the retry backoff
-    _, [second] = api.store_call("cycle", "worker-b", [], **cycle)
+    _, [second] = api.store_call("finish_and_claim", "worker-b", [], **cycle)
     assert second.id == first.id == job_id and second.lease_token != first.lease_token
-    stale = Outcome(job=first, kind="done", result_json='"stale"')
-    assert api.store_call("finish", "worker-a", [stale]) == {(job_id, first.lease_token): False}
-    fresh = Outcome(job=second, kind="done", result_json='"fresh"')
-    assert api.store_call("finish", "worker-b", [fresh]) == {(job_id, second.lease_token): True}
+    stale = Outcome(job=first, kind=OutcomeKind.DONE, result_json='"stale"')
+    assert api.store_call("record_outcomes", "worker-a", [stale]) == {
+        (job_id, first.lease_token): False
+    }
+    fresh = Outcome(job=second, kind=OutcomeKind.DONE, result_json='"fresh"')
+    assert api.store_call("record_outcomes", "worker-b", [fresh]) == {
+        (job_id, second.lease_token): True
+    }
     info = api.get(job_id)
     assert info.state is JobState.DONE and info.result == "fresh"
 
@@ -261,7 +265,8 @@ def test_async_claims_begin_immediate_on_aiosqlite(db: str, dialect_name: str) -
 
         sa.event.listen(api.engine.sync_engine, "connect", trace)
         api.runner.run(api.engine.dispose())  # type: ignore[union-attr]
-        claimed = api.store_call("claim", owner="tester", cap=10, limit=10, ttl=30.0, types=None)
+        claimed = api.store_call("claim_jobs", owner="tester", cap=10, limit=10, ttl=30.0,
+                                 types=None)
         assert len(claimed) == 1
         statements = [" ".join(s.split()).upper() for s in executed
                       if not s.upper().startswith("PRAGMA")]
@@ -286,7 +291,8 @@ def test_async_claims_run_at_read_committed_on_asyncmy(db: str, dialect_name: st
             seen.append(tuple(conn.exec_driver_sql("SELECT @@tx_isolation, @@autocommit").one()))
 
         api.store.on_claim_transaction = probe
-        claimed = api.store_call("claim", owner="tester", cap=10, limit=10, ttl=30.0, types=None)
+        claimed = api.store_call("claim_jobs", owner="tester", cap=10, limit=10, ttl=30.0,
+                                 types=None)
         assert len(claimed) == 1
         assert seen == [("READ-COMMITTED", 0)]
     finally:

@@ -13,7 +13,7 @@ import sqlalchemy as sa
 
 import readyq
 from async_support import Runner, async_engine
-from readyq.store import Outcome
+from readyq.store import Outcome, OutcomeKind
 
 
 def transaction_open(driver: Any) -> bool | None:
@@ -33,7 +33,6 @@ def test_async_idle_reads_answer_without_a_transaction_of_their_own(
     engine = async_engine(db, pg_driver=pg_driver)
     runner = Runner()
     queue = readyq.AsyncQueue(engine)
-    astore = queue._astore
     seen: list[bool] = []
 
     def record(conn: Any, cursor: Any, statement: str, params: Any, context: Any,
@@ -46,18 +45,18 @@ def test_async_idle_reads_answer_without_a_transaction_of_their_own(
         seen.clear()
         sa.event.listen(engine.sync_engine, "after_cursor_execute", record)
         try:
-            out = runner.run(astore.call(fn, *args))
+            out = runner.run(queue.run(fn, *args))
         finally:
             sa.event.remove(engine.sync_engine, "after_cursor_execute", record)
         return out, list(seen)
 
     try:
         runner.run(queue.create_schema())
-        store = astore.sync
+        store = queue.queue.store
 
         def idle_tick() -> list[bool]:
             return [store.runnable_exists(["t"]), store.has_unfinished(["t"]),
-                    store.reclaim().total > 0]
+                    store.reclaim_expired().total > 0]
 
         answers, idle = watched(idle_tick)
         assert answers == [False, False, False]
@@ -66,9 +65,9 @@ def test_async_idle_reads_answer_without_a_transaction_of_their_own(
         assert answers == [True, True, False]
 
         def claim_and_finish() -> None:
-            (job,) = store.claim(owner="w", cap=1, limit=1, ttl=30, types=["t"])
-            store.mark_running("w", [(job, None, True)])
-            store.finish("w", [Outcome(job=job, kind="release")])
+            (job,) = store.claim_jobs(owner="w", cap=1, limit=1, ttl=30, types=["t"])
+            store.start_jobs("w", [(job, None, True)])
+            store.record_outcomes("w", [Outcome(job=job, kind=OutcomeKind.RELEASE)])
 
         _, writes = watched(claim_and_finish)
         assert runner.run(queue.counts()) == {"ready": 1}

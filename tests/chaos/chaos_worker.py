@@ -126,7 +126,7 @@ def main(argv: list[str] | None = None) -> int:
         format=f"%(asctime)s {wid} %(threadName)s %(name)s %(levelname)s %(message)s",
     )
     queue = readyq.Queue(args.url)
-    recorder = Recorder(args.url, wid, queue._store.now)
+    recorder = Recorder(args.url, wid, queue.store.now)
     active = Active()
 
     def sleep_ms(job: readyq.Job, ms: float) -> None:
@@ -175,7 +175,7 @@ def main(argv: list[str] | None = None) -> int:
         recorder.job("start", job)
         os.kill(os.getpid(), signal.SIGKILL)
 
-    store = queue._store
+    store = queue.store
     if args.slow_claim > 0:
         marker = Path(args.marker_dir or ".") / f"inclaim-{wid}"
         wanted = Path(args.marker_dir or ".") / f"want-{wid}"
@@ -187,7 +187,7 @@ def main(argv: list[str] | None = None) -> int:
                 wanted.unlink(missing_ok=True)
             elif rnd.random() >= args.slow_claim:
                 return
-            conn.execute(store.dialect.lock_rows(sa.select(gate.c.seq)))
+            conn.execute(sa.select(gate.c.seq).with_for_update())
             marker.write_text(str(os.getpid()))
             try:
                 time.sleep(args.slow_claim_hold)

@@ -16,19 +16,20 @@ import sys
 import sqlalchemy as sa
 
 import readyq
-from readyq.store import GATE_ID
+from readyq.schema import GATE_ID
 from readyq.transient import describe
 
 
 def main(url: str, timeout: str) -> int:
     queue = readyq.Queue(url, idle_transaction_timeout=None if timeout == "none" else
                          float(timeout))
-    store = queue._store
+    store = queue.store
     gate = store.tables.gate
     with store.engine.connect() as conn:
         store.dialect.begin_write(conn)
-        conn.execute(store.dialect.lock_rows(
-            sa.select(gate.c.vclock, gate.c.seq).where(gate.c.id == GATE_ID))).first()
+        conn.execute(
+            sa.select(gate.c.vclock, gate.c.seq).where(gate.c.id == GATE_ID).with_for_update()
+        ).first()
         print("LOCKED", flush=True)
         sys.stdin.readline()
         try:

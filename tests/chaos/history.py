@@ -149,7 +149,7 @@ def install(queue: readyq.Queue) -> None:
     """Create the history table and the transition triggers (after create_schema)."""
     engine = queue.engine
     metadata.create_all(engine, checkfirst=True)
-    jobs = queue._store.tables.jobs.name
+    jobs = queue.store.tables.jobs.name
     with engine.begin() as conn:
         for stmt in _trigger_sql(engine.dialect.name, jobs, queue.prefix):
             conn.exec_driver_sql(stmt)
@@ -321,7 +321,7 @@ class JobFacts:
 
 
 def read_jobs(queue: readyq.Queue) -> dict[int, JobFacts]:
-    t = queue._store.tables
+    t = queue.store.tables
     j = t.jobs
     with queue.engine.connect() as conn:
         deps: dict[int, list[int]] = defaultdict(list)

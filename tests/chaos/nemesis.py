@@ -395,7 +395,7 @@ class Nemesis:
             self.housekeeping()
             time.sleep(0.05)
         path = sa.make_url(self.cfg.url).database
-        gate = self.queue._store.tables.gate.name
+        gate = self.queue.store.tables.gate.name
         code = (
             "import sqlite3, sys, time\n"
             f"c = sqlite3.connect({path!r}, timeout=30, isolation_level=None)\n"
@@ -437,9 +437,9 @@ class Nemesis:
     # -- the run
 
     def unfinished(self) -> int:
-        j = self.queue._store.tables.jobs
+        j = self.queue.store.tables.jobs
         stmt = sa.select(sa.func.count()).where(j.c.state.not_in(TERMINAL))
-        return int(retrying(lambda: self.queue._store.read(
+        return int(retrying(lambda: self.queue.store.read(
             lambda conn: conn.execute(stmt).scalar_one())))
 
     def housekeeping(self) -> None:

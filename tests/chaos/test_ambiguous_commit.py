@@ -45,7 +45,7 @@ def ambiguous_commits(
     rolled back), then report a lost connection. (Read-only transactions end with a
     COMMIT too; theirs are left alone.)"""
     dialect = queue.engine.dialect
-    store = queue._store
+    store = queue.store
     original = dialect.do_commit
     original_write = store.write
     fired: list[int] = []
@@ -78,13 +78,13 @@ def ambiguous_commits(
 
 
 def job(queue: readyq.Queue, job_id: int) -> Any:
-    j = queue._store.tables.jobs
+    j = queue.store.tables.jobs
     with queue.engine.connect() as conn:
         return conn.execute(sa.select(j).where(j.c.id == job_id)).one()
 
 
 def claim_one(queue: readyq.Queue, owner: str) -> Any:
-    _, [claimed] = queue._store.cycle(owner, [], cap=10, limit=1, ttl=TTL, types=None,
+    _, [claimed] = queue.store.finish_and_claim(owner, [], cap=10, limit=1, ttl=TTL, types=None,
                                       start={"t": (None, True)})
     return claimed
 
@@ -93,7 +93,7 @@ def claim_one(queue: readyq.Queue, owner: str) -> Any:
 def test_an_outcome_whose_commit_reply_was_lost_is_recognised_and_propagated_once(
     queue: readyq.Queue, kind: str
 ) -> None:
-    store = queue._store
+    store = queue.store
     box = store.enqueue(NewJob(type="box", args_json="null", is_container=True))
     target = store.enqueue(NewJob(type="t", args_json="null", parent=box, max_attempts=3))
     after = store.enqueue(NewJob(type="t", args_json="null", depends_on=(target,)))
@@ -103,7 +103,7 @@ def test_an_outcome_whose_commit_reply_was_lost_is_recognised_and_propagated_onc
                       error=f"boom ({kind})" if kind in ("retry", "fail") else None,
                       delay=60.0)
     with ambiguous_commits(queue) as fired:
-        applied = store.finish("W", [outcome])
+        applied = store.record_outcomes("W", [outcome])
     assert fired == [1], "the fault did not fire"
     assert applied == {(target, c.lease_token): True}  # recognised as ours, not reported fenced out
     row, dep, parent = job(queue, target), job(queue, after), job(queue, box)
@@ -121,7 +121,7 @@ def test_an_outcome_whose_commit_reply_was_lost_is_recognised_and_propagated_onc
         assert (dep.state, dep.pending_deps) == ("waiting", 1)
         assert (parent.state, parent.open_children) == ("active", 1)
     # A genuinely stale writer is still refused.
-    assert store.finish("X", [outcome]) == {(target, c.lease_token): False}
+    assert store.record_outcomes("X", [outcome]) == {(target, c.lease_token): False}
 
 
 def test_a_claim_whose_commit_reply_was_lost_hands_its_jobs_back_before_claiming_again(
@@ -130,7 +130,7 @@ def test_a_claim_whose_commit_reply_was_lost_hands_its_jobs_back_before_claiming
     """The lost claim landed: its job is handed back, uncharged, in the transaction that
     claims again, rather than left leased to a worker that does not know it until the
     lease expires (which would charge an attempt: a job allowed one would fail unrun)."""
-    store = queue._store
+    store = queue.store
     first = store.enqueue(NewJob(type="t", args_json="null", max_attempts=1))
     second = store.enqueue(NewJob(type="t", args_json="null", max_attempts=1))
     with ambiguous_commits(queue) as fired:
@@ -144,13 +144,13 @@ def test_a_claim_whose_commit_reply_was_lost_hands_its_jobs_back_before_claiming
     waiting = job(queue, second)
     assert (waiting.state, waiting.attempts) == ("ready", 0)
     store.clock_offset += 1
-    assert store.reclaim().total == 0  # no lease left behind for the sweep
+    assert store.reclaim_expired().total == 0  # no lease left behind for the sweep
 
 
 def test_a_claim_whose_commit_did_not_land_hands_nothing_back(queue: readyq.Queue) -> None:
     """The same error when the COMMIT did not land: the hand-back, fenced by the tokens the
     lost claim would have set, matches nothing, and the claim simply runs again."""
-    store = queue._store
+    store = queue.store
     first = store.enqueue(NewJob(type="t", args_json="null", max_attempts=1))
     with ambiguous_commits(queue, land=False) as failed:
         got = claim_one(queue, "W")
@@ -193,12 +193,12 @@ def test_an_async_claim_whose_commit_reply_was_lost_hands_its_jobs_back(db: str)
         await queue.create_schema()
         first = await queue.enqueue("t", max_attempts=1)
         second = await queue.enqueue("t", max_attempts=1)
-        store = queue._astore.sync
+        store = queue.queue.store
         dialect.do_commit = do_commit  # type: ignore[method-assign]
         armed[0] = True
         try:
-            _, claimed = await queue._astore.call(
-                store.cycle, "W", [], cap=10, limit=1, ttl=TTL, types=None,
+            _, claimed = await queue.run(
+                store.finish_and_claim, "W", [], cap=10, limit=1, ttl=TTL, types=None,
                 start={"t": (None, True)},
             )
         finally:

@@ -34,14 +34,14 @@ Run = Callable[..., Result]
 
 def set_rows(queue: readyq.Queue, ids: list[int], **values: Any) -> None:
     """Write columns directly (to make finished jobs of a given age, say)."""
-    j = queue._store.tables.jobs
+    j = queue.store.tables.jobs
     with queue.engine.begin() as conn:
         conn.execute(sa.update(j).where(j.c.id.in_(ids)).values(**values))
 
 
 def db_now(queue: readyq.Queue) -> float:
     with queue.engine.connect() as conn:
-        return float(conn.execute(sa.select(queue._store.now())).scalar_one())
+        return float(conn.execute(sa.select(queue.store.now())).scalar_one())
 
 
 def run_until_idle(queue: readyq.Queue) -> readyq.WorkerStats:

@@ -20,7 +20,7 @@ DAY = 86400.0
 
 
 def remaining(queue: readyq.Queue) -> tuple[set[int], set[tuple[int, int]]]:
-    t = queue._store.tables
+    t = queue.store.tables
     with queue.engine.connect() as conn:
         jobs = {int(x) for x in conn.execute(sa.select(t.jobs.c.id)).scalars()}
         edges = {(int(r.job_id), int(r.depends_on_id))

@@ -9,12 +9,13 @@ import readyq
 from readyq import JobState
 from readyq.dialects.postgresql import copy_jobs
 from readyq.schema import BULK_COLUMNS, BULK_CONSTANTS, INSERT_COLUMNS, ROW_KEYS
-from readyq.store import NewJob, Store
+from readyq.store import NewJob
+from readyq.store.enqueue import row_values
 
 
 def test_row_values_follow_the_row_keys_and_insert_columns_follow_them() -> None:
     job = NewJob("T", "A", "G", 2, 3, 4, 5.0, 6.0, None, (), None, False, "U")
-    row = dict(zip(ROW_KEYS, Store._row_values(job, JobState.WAITING, 7, "E", 8, 9), strict=True))
+    row = dict(zip(ROW_KEYS, row_values(job, JobState.WAITING, 7, "E", 8, 9), strict=True))
     assert row == {
         "type": "T", "args": "A", "state": "waiting", "error": "E", "is_container": False,
         "parent_id": 8, "group_key": "G", "weight": 2, "priority": 3, "max_attempts": 4,
@@ -34,8 +35,8 @@ def test_a_refused_copy_raises_the_error_any_statement_would(
     if dialect_name != "postgresql":
         pytest.skip("COPY is PostgreSQL's bulk path")
     existing = queue.enqueue("a")
-    store = queue._store
-    row = store._row_values(NewJob("a", "{}"), JobState.READY, 0, None, None, 0)
+    store = queue.store
+    row = row_values(NewJob("a", "{}"), JobState.READY, 0, None, None, 0)
     with queue.engine.connect() as conn:
         conn.execute(sa.select(sa.literal(1)))  # a transaction under way, as in insert_jobs
         with pytest.raises(sa.exc.IntegrityError) as caught:

@@ -125,13 +125,13 @@ def test_mariadb_is_recognised_whatever_the_url_scheme(db: str, dialect_name: st
     try:
         queue.create_schema()
         assert queue.database == "mariadb"
-        assert queue._store.dialect.server_version >= (10, 6)
+        assert queue.store.dialect.server_version >= (10, 6)
     finally:
         queue.close()
 
 
 def _claim_one(queue: readyq.Queue, limit: int = 10) -> list[readyq.model.ClaimedJob]:
-    return queue._store.claim(owner="tester", cap=100, limit=limit, ttl=30.0, types=None)
+    return queue.store.claim_jobs(owner="tester", cap=100, limit=limit, ttl=30.0, types=None)
 
 
 @pytest.mark.parametrize("own_engine", [True, False])
@@ -154,7 +154,7 @@ def test_mariadb_claim_transaction_runs_at_read_committed(
     try:
         queue.create_schema()
         queue.enqueue("a", {})
-        queue._store.on_claim_transaction = probe
+        queue.store.on_claim_transaction = probe
         assert len(_claim_one(queue)) == 1
         assert seen == [("READ-COMMITTED", 0, "READ COMMITTED")]
         if engine is not None:
@@ -211,7 +211,7 @@ def test_sqlite_claims_from_two_threads_serialize_without_errors(
     def claimer() -> None:
         try:
             while True:
-                batch = queue._store.claim(owner=threading.current_thread().name, cap=1000,
+                batch = queue.store.claim_jobs(owner=threading.current_thread().name, cap=1000,
                                            limit=3, ttl=30.0, types=None)
                 if not batch:
                     return
@@ -231,7 +231,7 @@ def test_sqlite_claims_from_two_threads_serialize_without_errors(
 def test_claim_takes_several_jobs_in_one_transaction(queue: readyq.Queue) -> None:
     ids = [queue.enqueue("a", {"i": i}) for i in range(10)]
     transactions: list[int] = []
-    queue._store.on_claim_transaction = lambda conn: transactions.append(1)
+    queue.store.on_claim_transaction = lambda conn: transactions.append(1)
     claimed = _claim_one(queue, limit=10)
     assert sorted(c.id for c in claimed) == ids
     assert len(transactions) == 1
@@ -246,7 +246,7 @@ def test_claim_skips_rows_locked_by_another_transaction(
         pytest.skip("SQLite has no row locks; BEGIN IMMEDIATE serializes whole transactions")
     first = queue.enqueue("a", {})
     second = queue.enqueue("a", {})
-    jobs = queue._store.tables.jobs
+    jobs = queue.store.tables.jobs
     with queue.engine.connect() as other:
         other.execute(sa.select(jobs.c.id).where(jobs.c.id == first).with_for_update())
         claimed = _claim_one(queue)  # must neither block nor take the locked row
@@ -256,8 +256,8 @@ def test_claim_skips_rows_locked_by_another_transaction(
 
 def test_mysql_in_flight_count_is_held_to_the_in_flight_index() -> None:
     d = MySQLDialect((10, 11, 19), is_mariadb=True)
-    sql = compiled(d.in_flight_counts(T), mysql.dialect())
+    sql = compiled(d._in_flight_counts(T), mysql.dialect())
     assert "FROM READYQ_JOBS FORCE INDEX (READYQ_JOBS_STATE_LEASE_EXPIRES_IX)" in sql
     assert "STATE IN ('LEASED', 'RUNNING')" in sql
-    assert "FORCE INDEX" not in compiled(PostgresDialect((16,)).in_flight_counts(T),
+    assert "FORCE INDEX" not in compiled(PostgresDialect((16,))._in_flight_counts(T),
                                          postgresql.dialect())

@@ -1,5 +1,6 @@
-"""The one-statement ready counts a claim reads before the gate (``Dialect.ready_counts``)
-agree with the portable, step-by-step reading whenever they give an answer.
+"""The one-statement ready counts a claim reads before the gate (the dialects' overrides of
+``Dialect.runnable_counts``) agree with the portable, step-by-step reading whenever they
+give an answer.
 
 PostgreSQL answers with a recursive skip scan; MariaDB from the groups its last skip scan
 found, and not at all when a group it does not know has appeared; SQLite never answers
@@ -14,28 +15,36 @@ import pytest
 import sqlalchemy as sa
 
 import readyq
+from readyq.dialects import Dialect, SQLiteDialect
 from readyq.dialects import mysql as mysql_dialect
 from readyq.store import Store
 
 
 def portable(store: Store, conn: sa.Connection, types: list[str] | None, cap: int) -> Any:
-    groups = store.dialect.ready_groups(conn, store.tables, types)
-    counts, _ = store._runnable_counts(conn, groups, store.now(), types, cap,
-                                       with_history=False)
+    # The base class's reading: the skip scan of ready groups, then their counted heads.
+    counts, _ = Dialect.runnable_counts(store.dialect, conn, store.tables, store.now(), types,
+                                        cap)
     return counts
 
 
 def one_statement(store: Store, conn: sa.Connection, types: list[str] | None, cap: int) -> Any:
-    return store.dialect.ready_counts(conn, store.tables, store.now(), types, cap)
+    """The dialect's own one-statement reading, or None where it gives no answer."""
+    dialect = store.dialect
+    if isinstance(dialect, mysql_dialect.MySQLDialect):
+        return dialect._known_group_counts(conn, store.tables, store.now(), types, cap)
+    if type(dialect).runnable_counts is Dialect.runnable_counts:
+        return None  # no reading of its own
+    return dialect.runnable_counts(conn, store.tables, store.now(), types, cap)[0]
 
 
 def check(queue: readyq.Queue, dialect_name: str, types: list[str] | None = None,
           cap: int = 10, *, unknown: bool = False) -> dict[str, tuple[int, int]]:
     """Both readings agree (MariaDB: once it knows the groups; with ``unknown`` it must
     first decline, since a group has appeared that its last scan did not find)."""
-    store = queue._store
+    store = queue.store
     with queue.engine.connect() as conn:
         if dialect_name == "sqlite":
+            assert isinstance(store.dialect, SQLiteDialect)
             assert one_statement(store, conn, types, cap) is None
             return portable(store, conn, types, cap)
         if dialect_name == "mariadb" and unknown:
@@ -93,7 +102,7 @@ def test_mariadb_reads_step_by_step_beyond_the_known_group_limit(
         pytest.skip("the known-group limit is MariaDB's")
     n = mysql_dialect.KNOWN_GROUPS_MAX + 1
     queue.enqueue_many([readyq.JobSpec("t", group=f"g{i:03}") for i in range(n)])
-    store = queue._store
+    store = queue.store
     with queue.engine.connect() as conn:
         assert len(portable(store, conn, None, 10)) == n
         assert one_statement(store, conn, None, 10) is None

@@ -1,5 +1,5 @@
 """SQLite: the loop's statements run on sqlite3's own cursor (``SQLiteDialect.execute``,
-:mod:`readyq.dialects.direct`) and give what SQLAlchemy's execution gives; whoever
+:mod:`readyq.dialects.sqlite_direct`) and give what SQLAlchemy's execution gives; whoever
 watches the engine's statements still sees them all.
 
 SQLite only: on PostgreSQL and MariaDB ``Dialect.execute`` is ``Connection.execute``.
@@ -17,7 +17,7 @@ import pytest
 import sqlalchemy as sa
 
 import readyq
-from readyq.dialects import direct
+from readyq.dialects import sqlite_direct as direct
 from readyq.dialects.base import Dialect
 from readyq.dialects.sqlite import SQLiteDialect
 from readyq.errors import SchemaNotFound
@@ -128,7 +128,7 @@ def test_each_direct_statement_returns_what_sqlalchemy_returns(
 def test_without_listeners_the_loop_runs_direct(queue: readyq.Queue) -> None:
     ran = run_mixed_workload(queue)
     assert sum(ran.values()) == 44  # 41 jobs, three of them twice
-    dialect = queue._store.dialect
+    dialect = queue.store.dialect
     assert isinstance(dialect, SQLiteDialect)
     planned = [s for s, p in dialect._plans.items() if p is not None]
     claims = [s for s in planned if isinstance(s, sa.Update) and "RETURNING" in str(s)]
@@ -151,7 +151,7 @@ def test_a_statement_listener_sees_every_statement_of_the_loop(queue: readyq.Que
     assert any(s.startswith("UPDATE readyq_jobs SET state=") and "RETURNING" in s for s in seen)
     assert any(s.startswith("UPDATE readyq_jobs SET result=") for s in seen)
     assert any(s.startswith("SELECT readyq_gate.vclock") for s in seen)
-    dialect = queue._store.dialect
+    dialect = queue.store.dialect
     assert isinstance(dialect, SQLiteDialect)
     assert dialect._plans == {}  # nothing was planned, so nothing ran direct
 
@@ -160,8 +160,8 @@ def test_a_callable_parameter_is_read_at_each_execution(queue: readyq.Queue) -> 
     """The store's clock offset is a parameter read when the statement runs: moving it
     moves the clock of a statement already planned."""
     queue.enqueue("a")
-    store = queue._store
-    claimed = store.claim(owner="w", cap=1, limit=1, ttl=10.0, types=None)
+    store = queue.store
+    claimed = store.claim_jobs(owner="w", cap=1, limit=1, ttl=10.0, types=None)
     assert len(claimed) == 1
     assert store.reclaim_due() is False
     store.clock_offset = 60.0
@@ -171,7 +171,7 @@ def test_a_callable_parameter_is_read_at_each_execution(queue: readyq.Queue) -> 
 
 
 def test_errors_are_wrapped_as_sqlalchemy_wraps_them(queue: readyq.Queue) -> None:
-    store = queue._store
+    store = queue.store
     dialect = store.dialect
     stmt = sa.select(store.tables.gate.c.vclock)
     with queue.engine.connect() as conn:
@@ -193,7 +193,7 @@ def test_a_missing_parameter_raises_sqlalchemys_error_and_writes_nothing(
     queue: readyq.Queue,
 ) -> None:
     job_id = queue.enqueue("a")
-    jobs = queue._store.tables.jobs
+    jobs = queue.store.tables.jobs
     stmt = (
         sa.update(jobs)
         .where(jobs.c.id == sa.bindparam("which"))
@@ -201,9 +201,9 @@ def test_a_missing_parameter_raises_sqlalchemys_error_and_writes_nothing(
     )
     with queue.engine.connect() as conn:
         with pytest.raises(sa.exc.StatementError, match="which"):
-            queue._store.dialect.execute(conn, stmt, {"p": 5})
+            queue.store.dialect.execute(conn, stmt, {"p": 5})
         conn.rollback()
-        updated = queue._store.dialect.execute(conn, stmt, {"which": job_id, "p": 7})
+        updated = queue.store.dialect.execute(conn, stmt, {"which": job_id, "p": 7})
         assert updated.rowcount == 1
         conn.rollback()
     with queue.engine.connect() as conn:
@@ -212,9 +212,9 @@ def test_a_missing_parameter_raises_sqlalchemys_error_and_writes_nothing(
 
 def test_the_first_direct_statement_begins_a_transaction(queue: readyq.Queue) -> None:
     job_id = queue.enqueue("a")
-    jobs = queue._store.tables.jobs
+    jobs = queue.store.tables.jobs
     stmt = sa.update(jobs).where(jobs.c.id == job_id).values(priority=sa.bindparam("p"))
-    dialect = queue._store.dialect
+    dialect = queue.store.dialect
     with queue.engine.connect() as conn:
         dialect.execute(conn, stmt, {"p": 4})
         assert conn.in_transaction()
@@ -229,14 +229,14 @@ def test_the_first_direct_statement_begins_a_transaction(queue: readyq.Queue) ->
 
 def test_many_parameter_sets_run_as_one_executemany(queue: readyq.Queue) -> None:
     ids = [queue.enqueue("a") for _ in range(3)]
-    jobs = queue._store.tables.jobs
+    jobs = queue.store.tables.jobs
     stmt = (
         sa.update(jobs)
         .where(jobs.c.id == sa.bindparam("which"))
         .values(priority=sa.bindparam("p", type_=sa.Integer))
     )
     with queue.engine.connect() as conn:
-        result = queue._store.dialect.execute(
+        result = queue.store.dialect.execute(
             conn, stmt, [{"which": i, "p": n} for n, i in enumerate(ids, start=1)]
         )
         assert result.rowcount == 3
@@ -249,24 +249,24 @@ def test_statements_whose_text_follows_their_parameters_run_through_sqlalchemy(
     queue: readyq.Queue,
 ) -> None:
     ids = [queue.enqueue("a") for _ in range(3)]
-    jobs = queue._store.tables.jobs
+    jobs = queue.store.tables.jobs
     expanding = sa.select(jobs.c.id).where(jobs.c.id.in_(sa.bindparam("ids", expanding=True)))
-    insert = sa.insert(queue._store.tables.groups)
-    dialect = queue._store.engine.dialect
+    insert = sa.insert(queue.store.tables.groups)
+    dialect = queue.store.engine.dialect
     assert direct.plan(expanding, dialect) is None
     assert direct.plan(insert, dialect) is None
     with queue.engine.connect() as conn:
-        got = queue._store.dialect.execute(conn, expanding, {"ids": ids[:2]})
+        got = queue.store.dialect.execute(conn, expanding, {"ids": ids[:2]})
         assert sorted(got.scalars().all()) == ids[:2]
 
 
 def test_result_processors_apply_to_direct_rows(queue: readyq.Queue) -> None:
     """A Boolean column comes back as a bool, as SQLAlchemy returns it."""
     queue.enqueue("a")
-    jobs = queue._store.tables.jobs
+    jobs = queue.store.tables.jobs
     stmt = sa.select(jobs.c.cancel_requested, jobs.c.is_container)
     with queue.engine.connect() as conn:
-        row = queue._store.dialect.execute(conn, stmt).first()
+        row = queue.store.dialect.execute(conn, stmt).first()
         assert row == (False, False)
         assert type(row[0]) is bool
         assert row._fields == ("cancel_requested", "is_container")

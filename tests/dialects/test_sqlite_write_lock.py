@@ -70,7 +70,7 @@ def test_the_wait_ends_at_the_busy_timeout_with_the_lock_error(
     try:
         with queue.engine.connect() as conn:
             with pytest.raises(sa.exc.OperationalError, match="database is locked"):
-                queue._store.dialect.begin_write(conn)
+                queue.store.dialect.begin_write(conn)
             # The busy timeout is set back (to BUSY_TIMEOUT_MS), however the wait ended.
             assert conn.exec_driver_sql("PRAGMA busy_timeout").scalar_one() == 200
     finally:

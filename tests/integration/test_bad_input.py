@@ -50,7 +50,7 @@ def run_bounded(queue: readyq.Queue, timeout: float = 60.0) -> readyq.WorkerStat
 
 
 def snapshot(queue: readyq.Queue) -> dict[str, list[tuple[Any, ...]]]:
-    t = queue._store.tables
+    t = queue.store.tables
     out: dict[str, list[tuple[Any, ...]]] = {}
     with queue.engine.connect() as conn:
         for table in (t.jobs, t.deps, t.groups, t.gate):
@@ -241,7 +241,7 @@ def test_payload_size_limit(db: str) -> None:
 
         job_id = small.enqueue("echo", at_limit)
         assert small.get(job_id).args == at_limit
-        stored = snapshot(small)[small._store.tables.jobs.name]
+        stored = snapshot(small)[small.store.tables.jobs.name]
         raw = next(row for row in stored if row[0] == job_id)[2]
         assert len(raw.encode("utf-8")) == 1000
         run_bounded(small)
@@ -357,7 +357,7 @@ def test_odd_group_keys_round_trip(queue: readyq.Queue) -> None:
         assert info.result == key
     assert sorted(seen) == sorted(ids.items())
     # Every key is its own fair-share group, stored as given.
-    g = queue._store.tables.groups
+    g = queue.store.tables.groups
     with queue.engine.connect() as conn:
         stored = list(conn.execute(sa.select(g.c.group_key)).scalars())
     assert sorted(stored) == sorted(ODD_KEYS)

@@ -123,7 +123,7 @@ def test_cancel_a_waiting_and_a_delayed_job(queue: readyq.Queue, calls: Calls) -
     second = queue.enqueue("work", depends_on=[first])
     assert queue.cancel(second) is True
     assert queue.cancel(first) is True
-    queue._store.clock_offset = 601
+    queue.store.clock_offset = 601
     run_bounded(queue)
     assert calls.ids == []
     assert queue.get(first).state is JobState.CANCELLED
@@ -287,7 +287,7 @@ def test_cancelling_a_container_cancels_its_pending_children(
     assert dep.error == f"dependency {box} ended failed"
     assert queue.cancel(box) is False
 
-    queue._store.clock_offset = 601
+    queue.store.clock_offset = 601
     run_bounded(queue)
     assert calls.ids == [outside]
 

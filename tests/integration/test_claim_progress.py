@@ -20,7 +20,7 @@ from readyq.store import NewJob
 
 
 def progress(queue: readyq.Queue) -> tuple[tuple[float, int], dict[str, tuple[float, int]]]:
-    t = queue._store.tables
+    t = queue.store.tables
     with queue.engine.connect() as conn:
         gate = conn.execute(sa.select(t.gate.c.vclock, t.gate.c.seq)).one()
         groups = {
@@ -32,7 +32,7 @@ def progress(queue: readyq.Queue) -> tuple[tuple[float, int], dict[str, tuple[fl
 
 def enqueue(queue: readyq.Queue, group: str, n: int) -> list[int]:
     return [
-        queue._store.enqueue(NewJob(type="t", args_json="null", group=group))
+        queue.store.enqueue(NewJob(type="t", args_json="null", group=group))
         for _ in range(n)
     ]
 
@@ -43,7 +43,7 @@ def test_a_group_whose_rows_are_locked_elsewhere_keeps_its_clock(
 ) -> None:
     if dialect_name == "sqlite":
         pytest.skip("SQLite has no row locks: a claim never skips a row")
-    store = queue._store
+    store = queue.store
     a = enqueue(queue, "a", 2)
     enqueue(queue, "b", 2)
     (vclock0, seq0), before = progress(queue)
@@ -57,7 +57,7 @@ def test_a_group_whose_rows_are_locked_elsewhere_keeps_its_clock(
         # whole index for an IN list and keep every row it read locked.)
         for job_id in a[:locked]:
             holder.execute(sa.select(j.c.id).where(j.c.id == job_id).with_for_update()).one()
-        claimed = store.claim(owner="W", cap=10, limit=4, ttl=30.0, types=["t"])
+        claimed = store.claim_jobs(owner="W", cap=10, limit=4, ttl=30.0, types=["t"])
     finally:
         holder.rollback()
         holder.close()
@@ -80,13 +80,13 @@ def test_a_group_whose_rows_are_locked_elsewhere_keeps_its_clock(
 
 
 def test_claims_record_one_sequence_number_per_job(queue: readyq.Queue) -> None:
-    store = queue._store
+    store = queue.store
     for g in ("a", "b", "c"):
         enqueue(queue, g, 3)
     seen: list[Any] = []
     for _ in range(3):
         (_, seq0), _ = progress(queue)
-        claimed = store.claim(owner="W", cap=20, limit=4, ttl=30.0, types=["t"])
+        claimed = store.claim_jobs(owner="W", cap=20, limit=4, ttl=30.0, types=["t"])
         (_, seq), groups = progress(queue)
         assert seq == seq0 + len(claimed)
         seen.extend(claimed)
@@ -99,18 +99,18 @@ def test_progress_of_more_groups_than_one_statement_binds(queue: readyq.Queue) -
     """40 groups: the in-flight/history read binds the keys as one list and MySQL's
     upsert of the progress is split into statements of PER_GROUP_PARAMS rows. Every
     group's clock is stored, and read back by the next claims."""
-    store = queue._store
+    store = queue.store
     keys = [f"g{i:02d}" for i in range(40)]
     assert len(keys) > PER_GROUP_PARAMS * 2
     for g in keys:
         enqueue(queue, g, 2)
-    first = store.claim(owner="W", cap=200, limit=40, ttl=30.0, types=["t"])
+    first = store.claim_jobs(owner="W", cap=200, limit=40, ttl=30.0, types=["t"])
     assert sorted(c.group for c in first) == keys  # one job of each group, equal weights
     (_, seq), groups = progress(queue)
     assert set(groups) == set(keys)
     assert seq == 40
     assert sorted(s for _, s in groups.values()) == list(range(1, 41))
-    second = store.claim(owner="W", cap=200, limit=40, ttl=30.0, types=["t"])
+    second = store.claim_jobs(owner="W", cap=200, limit=40, ttl=30.0, types=["t"])
     assert sorted(c.group for c in second) == keys
     (_, seq), groups = progress(queue)
     assert seq == 80

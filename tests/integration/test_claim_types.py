@@ -60,7 +60,7 @@ def test_a_worker_claims_the_heads_of_its_types_in_claim_order(
     claims = 0
     while True:
         limit = rng.randrange(1, 9)
-        claimed = queue._store.claim(owner="w", cap=1000, limit=limit, ttl=60, types=types)
+        claimed = queue.store.claim_jobs(owner="w", cap=1000, limit=limit, ttl=60, types=types)
         if not claimed:
             break
         claims += 1

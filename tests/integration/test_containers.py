@@ -99,8 +99,8 @@ def test_empty_container_is_never_dispatched(queue: readyq.Queue, timeline: Time
         tick = worker.run_once()
         assert tick.claimed == 0
     assert worker.running == 0
-    assert queue._store.claim(owner="probe", cap=10, limit=10, ttl=30, types=None) == []
-    assert queue._store.claim(owner="probe", cap=10, limit=10, ttl=30, types=["batch"]) == []
+    assert queue.store.claim_jobs(owner="probe", cap=10, limit=10, ttl=30, types=None) == []
+    assert queue.store.claim_jobs(owner="probe", cap=10, limit=10, ttl=30, types=["batch"]) == []
     stats = run_bounded(queue)
 
     assert stats.claimed == 0
@@ -160,7 +160,7 @@ def test_container_stays_active_until_its_last_child_ends(
     worker.run_once()
     assert queue.get(box2).state is JobState.ACTIVE
     third = queue.enqueue("work", parent=box2)
-    queue._store.clock_offset = 601
+    queue.store.clock_offset = 601
     run_bounded(queue)
     assert {queue.get(i).state for i in (first, second, third, box2)} == {JobState.DONE}
 
@@ -252,7 +252,7 @@ def test_container_depends_on_is_inherited_by_children(
     assert set(timeline.started) == {own_dep}
     assert queue.get(both).state is JobState.WAITING
 
-    queue._store.clock_offset = 601
+    queue.store.clock_offset = 601
     run_bounded(queue)
 
     for child in (*children, deep, both):

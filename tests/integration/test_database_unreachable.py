@@ -26,7 +26,7 @@ from sqlalchemy import event
 import readyq
 from async_support import async_engine
 from readyq.dialects import MySQLDialect, PostgresDialect, SQLiteDialect
-from readyq.store import retry_pause
+from readyq.store.transactions import retry_pause
 from readyq.transient import is_raw_driver_error, is_transient
 
 OPTIONS: dict[str, Any] = {
@@ -201,7 +201,7 @@ def test_a_listener_that_cannot_connect_leaves_the_worker_polling(
     stats = w.run(until_idle=True, handle_signals=False)
     engine.dispose()
     assert stats.done == 3
-    assert w._listener is not None and w._listener.connections == 0
+    assert w.listener is not None and w.listener.connections == 0
     assert "polling, reconnecting" in caplog.text
     check_done(db, ids)
 
@@ -225,7 +225,7 @@ def test_a_failed_listen_set_up_leaves_the_worker_polling_and_is_tried_again(
     try:
         listener = None
         for _ in range(200):
-            listener = w._listener
+            listener = w.listener
             if listener is not None and listener.listening.wait(0.05):
                 break
             time.sleep(0.05)

@@ -13,7 +13,7 @@ from readyq_test_support import run_until_idle
 
 
 def _rows(queue: readyq.Queue) -> tuple[int, int]:
-    t = queue._store.tables
+    t = queue.store.tables
     with queue.engine.connect() as conn:
         jobs = conn.execute(sa.select(sa.func.count()).select_from(t.jobs)).scalar_one()
         deps = conn.execute(sa.select(sa.func.count()).select_from(t.deps)).scalar_one()
@@ -177,7 +177,7 @@ def test_a_large_batch_stores_every_value_as_given(queue: readyq.Queue) -> None:
         for i in range(80)
     ]
     ids = queue.enqueue_many(specs)
-    t = queue._store.tables.jobs
+    t = queue.store.tables.jobs
     with queue.engine.connect() as conn:
         rows = {r.id: r for r in conn.execute(sa.select(t).where(t.c.id.in_(ids)))}
     for i, (job_id, spec) in enumerate(zip(ids, specs, strict=True)):

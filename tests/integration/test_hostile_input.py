@@ -66,13 +66,13 @@ def exactly(n: int) -> dict[str, str]:
 
 
 def snapshot(queue: readyq.Queue) -> list[tuple[Any, ...]]:
-    j = queue._store.tables.jobs
+    j = queue.store.tables.jobs
     with queue.engine.connect() as conn:
         return [tuple(r) for r in conn.execute(sa.select(j).order_by(j.c.id))]
 
 
 def raw_args(queue: readyq.Queue, job_id: int, column: str = "args") -> str:
-    j = queue._store.tables.jobs
+    j = queue.store.tables.jobs
     with queue.engine.connect() as conn:
         return str(conn.execute(sa.select(j.c[column]).where(j.c.id == job_id)).scalar_one())
 
@@ -253,7 +253,7 @@ def test_a_type_with_a_trailing_space_can_no_longer_stop_a_worker(
     ids = [producer.enqueue("work", group="t"), producer.enqueue("work", group="t\u200b")]
     stats = run_bounded(queue)
     assert sorted(done) == ids and stats.db_errors == 0
-    g = queue._store.tables.groups
+    g = queue.store.tables.groups
     with queue.engine.connect() as conn:
         assert sorted(conn.execute(sa.select(g.c.group_key)).scalars()) == ["t", "t\u200b"]
 

@@ -27,7 +27,7 @@ import pytest
 import sqlalchemy as sa
 
 import readyq
-from readyq.store import Lease, Outcome
+from readyq.store import Lease, Outcome, OutcomeKind
 
 GROUPS = ("a", "b", "c", "d")
 
@@ -62,11 +62,11 @@ def bulk(
             }
         )
     with queue.engine.begin() as conn:
-        conn.execute(sa.insert(queue._store.tables.jobs), rows)
+        conn.execute(sa.insert(queue.store.tables.jobs), rows)
 
 
 def analyze(queue: readyq.Queue, dialect: str) -> None:
-    t = queue._store.tables
+    t = queue.store.tables
     with queue.engine.begin() as conn:
         if dialect == "postgresql":
             for table in (t.jobs, t.deps, t.groups):
@@ -118,18 +118,18 @@ def test_a_worker_tick_reads_jobs_through_indexes(
             worker.run_once()  # finishes them, claims more
             time.sleep(0.01)
         # The store's other fenced writes: a start on its own, a heartbeat, a hand-back.
-        store = queue._store
-        claimed = store.claim(owner="probe", cap=100, limit=4, ttl=30, types=["t"])
+        store = queue.store
+        claimed = store.claim_jobs(owner="probe", cap=100, limit=4, ttl=30, types=["t"])
         assert claimed
-        assert store.mark_running("probe", [(c, None, True) for c in claimed])
+        assert store.start_jobs("probe", [(c, None, True) for c in claimed])
         store.heartbeat("probe", [Lease(c.id, c.lease_token) for c in claimed], 30)
-        store.finish("probe", [Outcome(job=c, kind="release") for c in claimed])
+        store.record_outcomes("probe", [Outcome(job=c, kind=OutcomeKind.RELEASE) for c in claimed])
         # What a worker run with until_idle asks when a tick finds nothing to do, here
         # for a type with no jobs, so that no plan may stop at a first match.
         assert not store.has_unfinished(["other"])
-        queue._store.clock_offset = 3600.0  # every lease expires: the reclaim runs
-        queue._store.reclaim()
-        queue._store.clock_offset = 0.0
+        queue.store.clock_offset = 3600.0  # every lease expires: the reclaim runs
+        queue.store.reclaim_expired()
+        queue.store.clock_offset = 0.0
     finally:
         sa.event.remove(queue.engine, "before_cursor_execute", record)
         worker.stop()
@@ -169,7 +169,7 @@ def handler_reads(conn: sa.Connection) -> int:
 
 def snapshot_buffers(queue: readyq.Queue) -> int:
     """Shared buffers the claim's runnable counts touch on PostgreSQL."""
-    store = queue._store
+    store = queue.store
     dialect, t = store.dialect, store.tables
     captured: list[tuple[str, Any]] = []
 
@@ -181,7 +181,7 @@ def snapshot_buffers(queue: readyq.Queue) -> int:
     sa.event.listen(queue.engine, "before_cursor_execute", record)
     try:
         with queue.engine.connect() as conn:
-            dialect.ready_counts(conn, t, store.now(), ["t"], 100)
+            dialect.runnable_counts(conn, t, store.now(), ["t"], 100)
     finally:
         sa.event.remove(queue.engine, "before_cursor_execute", record)
     ((sql, params),) = captured
@@ -209,7 +209,7 @@ def test_postgresql_ready_counts_do_not_grow_with_the_ready_backlog(
 def churn(queue: readyq.Queue, count: int, start: int) -> None:
     """``count`` jobs that ran and ended: inserted running, then marked done, as a worker
     would (each row gets a new version, and its old in-flight index entry is dead)."""
-    t = queue._store.tables.jobs
+    t = queue.store.tables.jobs
     bulk(queue, "running", count, start=start)
     with queue.engine.begin() as conn:
         conn.execute(
@@ -223,10 +223,10 @@ def finish_reads(queue: readyq.Queue, dialect: str) -> int:
     """What the hand-back of 100 done jobs reads: a claim of 100, their start, their
     finish as a worker records it, then that same statement again under the database's
     own accounting (shared buffers on PostgreSQL, handler reads on MySQL)."""
-    store = queue._store
-    claimed = store.claim(owner="w", cap=1000, limit=100, ttl=30, types=["t"])
+    store = queue.store
+    claimed = store.claim_jobs(owner="w", cap=1000, limit=100, ttl=30, types=["t"])
     assert len(claimed) == 100
-    assert store.mark_running("w", [(c, None, True) for c in claimed])
+    assert store.start_jobs("w", [(c, None, True) for c in claimed])
     captured: list[tuple[str, Any]] = []
 
     def record(conn: Any, cursor: Any, statement: str, params: Any, context: Any,
@@ -236,7 +236,7 @@ def finish_reads(queue: readyq.Queue, dialect: str) -> int:
 
     sa.event.listen(queue.engine, "before_cursor_execute", record)
     try:
-        applied = store.finish("w", [Outcome(job=c, kind="done", result_json="1")
+        applied = store.record_outcomes("w", [Outcome(job=c, kind=OutcomeKind.DONE, result_json="1")
                                      for c in claimed])
     finally:
         sa.event.remove(queue.engine, "before_cursor_execute", record)
@@ -267,7 +267,7 @@ def test_the_finish_does_not_grow_with_the_jobs_that_ran_before_it(
         import pytest
 
         pytest.skip("SQLite removes a row's old index entries in the update itself")
-    t = queue._store.tables.jobs
+    t = queue.store.tables.jobs
     if dialect_name == "postgresql":
         with queue.engine.begin() as conn:
             conn.exec_driver_sql(f"ALTER TABLE {t.name} SET (autovacuum_enabled = false)")
@@ -317,7 +317,7 @@ def claim_reads(
 
     sa.event.listen(queue.engine, "before_cursor_execute", record)
     try:
-        claimed = queue._store.claim(owner="w", cap=400, limit=limit, ttl=30,
+        claimed = queue.store.claim_jobs(owner="w", cap=400, limit=limit, ttl=30,
                                      types=types or ["t"])
     finally:
         sa.event.remove(queue.engine, "before_cursor_execute", record)
@@ -421,7 +421,7 @@ def test_postgresql_claim_does_not_read_the_backlog_after_a_vacuum_without_stati
         import pytest
 
         pytest.skip("VACUUM and its row count are PostgreSQL's")
-    jobs = queue._store.tables.jobs.name
+    jobs = queue.store.tables.jobs.name
 
     def vacuum() -> None:
         with queue.engine.connect() as conn:
@@ -486,7 +486,7 @@ def test_an_idle_probe_does_not_read_the_ready_jobs_of_other_types(
     jobs of its own types, whatever the backlog of other types. It reads as much with
     50,000 ready jobs of another type as with 2,000 (readyq runs no ANALYZE on SQLite,
     whose plan is checked instead)."""
-    store = queue._store
+    store = queue.store
     probes = {
         "runnable": lambda: store.runnable_exists(["other"]),
         "unfinished": lambda: store.has_unfinished(["other"]),

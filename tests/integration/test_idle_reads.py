@@ -11,7 +11,7 @@ from typing import Any
 import sqlalchemy as sa
 
 import readyq
-from readyq.store import Outcome
+from readyq.store import Outcome, OutcomeKind
 
 
 def in_transaction(queue: readyq.Queue, run: Any) -> list[bool]:
@@ -37,13 +37,13 @@ def in_transaction(queue: readyq.Queue, run: Any) -> list[bool]:
 def test_an_idle_ticks_reads_answer_without_a_transaction_of_their_own(
     queue: readyq.Queue, dialect_name: str
 ) -> None:
-    store = queue._store
+    store = queue.store
     answers: list[bool] = []
 
     def idle_tick() -> None:
         answers.append(store.runnable_exists(["t"]))
         answers.append(store.has_unfinished(["t"]))
-        answers.append(store.reclaim().total > 0)
+        answers.append(store.reclaim_expired().total > 0)
 
     idle = in_transaction(queue, idle_tick)
     assert answers == [False, False, False]
@@ -55,9 +55,9 @@ def test_an_idle_ticks_reads_answer_without_a_transaction_of_their_own(
     # The pooled connection comes back transactional: a claim and its finish still run
     # in one transaction each.
     def claim_and_finish() -> None:
-        (job,) = store.claim(owner="w", cap=1, limit=1, ttl=30, types=["t"])
-        store.mark_running("w", [(job, None, True)])
-        store.finish("w", [Outcome(job=job, kind="release")])
+        (job,) = store.claim_jobs(owner="w", cap=1, limit=1, ttl=30, types=["t"])
+        store.start_jobs("w", [(job, None, True)])
+        store.record_outcomes("w", [Outcome(job=job, kind=OutcomeKind.RELEASE)])
 
     writes = in_transaction(queue, claim_and_finish)
     assert queue.counts() == {"ready": 1}

@@ -20,7 +20,7 @@ from readyq import JobState
 
 
 def test_a_handler_never_starts_after_its_lease_expired(queue: readyq.Queue) -> None:
-    store = queue._store
+    store = queue.store
     jobs = store.tables.jobs
     starts: list[tuple[int, bool]] = []
 
@@ -39,7 +39,7 @@ def test_a_handler_never_starts_after_its_lease_expired(queue: readyq.Queue) -> 
     job_id = queue.enqueue("t")
     worker = queue.worker(concurrency=1, lease_ttl=1.0, heartbeat_interval=0.5,
                           poll_interval=0.01)
-    cycle = store.cycle
+    cycle = store.finish_and_claim
 
     def paused_after_claim(*args: Any, **kwargs: Any) -> Any:
         applied, claimed = cycle(*args, **kwargs)
@@ -47,12 +47,12 @@ def test_a_handler_never_starts_after_its_lease_expired(queue: readyq.Queue) -> 
             time.sleep(1.5)  # the lease (1 s, database clock) runs out meanwhile
         return applied, claimed
 
-    store.cycle = paused_after_claim  # type: ignore[method-assign]
+    store.finish_and_claim = paused_after_claim  # type: ignore[method-assign]
     try:
         assert worker.run_once().claimed == 1
         time.sleep(0.2)  # a handler started now would see the expired lease
     finally:
-        store.cycle = cycle  # type: ignore[method-assign]
+        store.finish_and_claim = cycle  # type: ignore[method-assign]
     deadline = time.monotonic() + 10
     while queue.get(job_id).state is not JobState.DONE:
         assert time.monotonic() < deadline, queue.get(job_id)

@@ -148,7 +148,7 @@ def test_reclaim_lease_loss_and_fenced_write_are_logged_and_counted(
         assert entered.wait(10)
         assert sample(registry, "readyq_in_flight", group="g") == 1
         # The database clock jumps past the lease: the next sweep reclaims the attempt.
-        queue._store.clock_offset = 100.0
+        queue.store.clock_offset = 100.0
         worker._last_reclaim = 0.0
         assert worker.run_once().reclaimed == 1
         worker._last_heartbeat = 0.0

@@ -33,7 +33,7 @@ def test_a_worker_stops_on_a_schema_it_does_not_match(queue: readyq.Queue) -> No
         raise AssertionError("no job can be claimed without the column")
 
     job_id = queue.enqueue("t")
-    jobs = queue._store.tables.jobs
+    jobs = queue.store.tables.jobs
     with queue.engine.begin() as conn:
         conn.exec_driver_sql(f"ALTER TABLE {jobs.name} DROP COLUMN timeout")
     worker = queue.worker(poll_interval=0.01)
@@ -53,7 +53,7 @@ def test_a_worker_stops_on_a_schema_it_does_not_match(queue: readyq.Queue) -> No
 
 def test_permanent_codes_are_not_the_ones_retried(queue: readyq.Queue) -> None:
     """A code is either waited out (retried, or a lost connection) or ends the worker."""
-    dialect = queue._store.dialect
+    dialect = queue.store.dialect
     assert not dialect.permanent_codes & dialect.retryable_codes
 
 
@@ -73,7 +73,7 @@ def test_an_async_worker_stops_on_it_too(db: str) -> None:
     async def scenario() -> readyq.WorkerStats:
         await queue.create_schema()
         await queue.enqueue("t")
-        name = queue._astore.sync.tables.jobs.name
+        name = queue.queue.store.tables.jobs.name
         async with engine.begin() as conn:
             await conn.exec_driver_sql(f"ALTER TABLE {name} DROP COLUMN timeout")
         worker = queue.worker(poll_interval=0.01)

@@ -12,7 +12,7 @@ from readyq.errors import SchemaNotFound
 
 def _snapshot(queue: readyq.Queue) -> dict[str, list[tuple[object, ...]]]:
     """Every row of every readyq table, in primary-key order."""
-    t = queue._store.tables
+    t = queue.store.tables
     tables = [t.jobs, t.deps, t.groups, t.gate, t.rate_limits, t.rate_slots]
     with queue.engine.connect() as conn:
         return {
@@ -88,7 +88,7 @@ def test_prepare_raises_on_tables_that_do_not_match(queue: readyq.Queue) -> None
         raise AssertionError("never claimed")
 
     job_id = queue.enqueue("t")
-    jobs = queue._store.tables.jobs
+    jobs = queue.store.tables.jobs
     with queue.engine.begin() as conn:
         conn.exec_driver_sql(f"ALTER TABLE {jobs.name} DROP COLUMN timeout")
     with pytest.raises(sa.exc.DBAPIError, match="timeout"):

@@ -91,13 +91,13 @@ def test_two_workers_share_one_limit(db: str, queue: readyq.Queue) -> None:
 
 def test_the_budget_follows_the_database_clock_and_the_definition(queue: readyq.Queue) -> None:
     """Store-level claims, with the database clock moved forward instead of sleeping."""
-    store = queue._store
+    store = queue.store
     for i in range(12):
         store.enqueue(NewJob(type="call", args_json=f'{{"i": {i}}}'))
     store.enqueue(NewJob(type="other", args_json="{}"))
 
     def claim(limit: readyq.RateLimit, n: int = 20) -> list[str]:
-        got = store.claim(owner="w", cap=100, limit=n, ttl=30, types=["call", "other"],
+        got = store.claim_jobs(owner="w", cap=100, limit=n, ttl=30, types=["call", "other"],
                           rate_limits={"call": limit})
         return sorted(c.type for c in got)
 
@@ -117,4 +117,5 @@ def test_the_budget_follows_the_database_clock_and_the_definition(queue: readyq.
     assert claim(readyq.RateLimit("api", 2, per=60)) == []
     assert queue.counts() == {"leased": 11, "ready": 2}
     with pytest.raises(ValueError, match="job types"):
-        store.claim(owner="w", cap=100, limit=1, ttl=30, types=None, rate_limits={"call": three})
+        store.claim_jobs(owner="w", cap=100, limit=1, ttl=30, types=None,
+                         rate_limits={"call": three})

@@ -16,7 +16,7 @@ import pytest
 
 import readyq
 from readyq import JobState
-from readyq.store import Outcome
+from readyq.store import Outcome, OutcomeKind
 
 WORKER_OPTIONS: dict[str, Any] = {
     "concurrency": 8,
@@ -206,9 +206,9 @@ def test_run_after_in_the_future_is_respected(queue: readyq.Queue, form: str) ->
     assert info.attempts == 0 and info.started_at is None
     assert later not in timeline.started
     assert queue.get(after).state is JobState.WAITING
-    assert queue._store.claim(owner="probe", cap=10, limit=10, ttl=30, types=None) == []
+    assert queue.store.claim_jobs(owner="probe", cap=10, limit=10, ttl=30, types=None) == []
 
-    queue._store.clock_offset = 601.0
+    queue.store.clock_offset = 601.0
     run_bounded(queue)
 
     info = queue.get(later)
@@ -266,7 +266,7 @@ def test_failed_dependency_makes_dependents_upstream_failed(queue: readyq.Queue)
     assert "ended failed" in (queue.get(child).error or "")
     assert "ended upstream_failed" in (queue.get(grandchild).error or "")
     assert_all_done(queue, [ok, also_ok])
-    assert not queue._store.has_unfinished()
+    assert not queue.store.has_unfinished()
 
 
 def test_cancelled_dependency_makes_dependents_upstream_failed(queue: readyq.Queue) -> None:
@@ -329,7 +329,7 @@ def test_job_enqueued_after_a_bad_end_is_born_upstream_failed(
 def test_has_unfinished_sees_every_unfinished_state_of_the_given_types(
     queue: readyq.Queue,
 ) -> None:
-    store = queue._store
+    store = queue.store
 
     @queue.handler("a")
     def a(job: readyq.Job) -> None:
@@ -348,11 +348,11 @@ def test_has_unfinished_sees_every_unfinished_state_of_the_given_types(
     queue.cancel(waiting)
     assert not store.has_unfinished(["b"])
     assert store.has_unfinished(["a"])  # ready
-    (claimed,) = store.claim(owner="w", cap=1, limit=1, ttl=30, types=["a"])
+    (claimed,) = store.claim_jobs(owner="w", cap=1, limit=1, ttl=30, types=["a"])
     assert store.has_unfinished(["a"])  # leased
-    assert store.mark_running("w", [(claimed, None, True)]) == {upstream}
+    assert store.start_jobs("w", [(claimed, None, True)]) == {upstream}
     assert store.has_unfinished(["a"])  # running
-    done = store.finish("w", [Outcome(job=claimed, kind="done")])
+    done = store.record_outcomes("w", [Outcome(job=claimed, kind=OutcomeKind.DONE)])
     assert done == {(upstream, claimed.lease_token): True}
     assert not store.has_unfinished(["a"]) and not store.has_unfinished()
     later = queue.enqueue("a", run_after=3600)  # ready, not yet runnable

@@ -19,7 +19,7 @@ from readyq import JobState
 
 def db_now(queue: readyq.Queue) -> float:
     """The database clock as readyq sees it (clock_offset included)."""
-    store = queue._store
+    store = queue.store
     return float(store.read(lambda conn: conn.execute(sa.select(store.now())).scalar_one()))
 
 
@@ -95,7 +95,7 @@ def test_exponential_backoff_then_failure_with_the_error(queue: readyq.Queue) ->
         for _ in range(3):
             assert worker.run_once().claimed == 0
         assert calls == list(range(1, attempt + 1))
-        queue._store.clock_offset += remaining + 0.5
+        queue.store.clock_offset += remaining + 0.5
 
     drive(worker, lambda: queue.get(job_id).state is JobState.FAILED)
     info = queue.get(job_id)
@@ -126,7 +126,7 @@ def test_max_attempts_per_job_and_success_on_a_retry(queue: readyq.Queue) -> Non
     def settled() -> bool:
         states = [queue.get(i).state for i in (once, twice, recovers)]
         if any(s is JobState.READY for s in states):
-            queue._store.clock_offset += 5  # skip every backoff without sleeping
+            queue.store.clock_offset += 5  # skip every backoff without sleeping
         return all(s.is_terminal for s in states)
 
     drive(worker, settled)
@@ -185,7 +185,7 @@ def test_timeout_ends_the_attempt_and_fences_the_late_result(
         wait_for(lambda: worker.stats.leases_lost == 1)
         if retry_on_timeout:
             assert info.state is JobState.READY
-            queue._store.clock_offset = 5.0  # skip the retry delay
+            queue.store.clock_offset = 5.0  # skip the retry delay
             wait_for(lambda: queue.get(job_id).state is JobState.DONE)
             assert not first_returned.is_set()
             info = queue.get(job_id)
@@ -222,7 +222,7 @@ def test_timeout_with_retries_exhausted_fails(queue: readyq.Queue) -> None:
     job_id = queue.enqueue("slow")
     worker = queue.worker(concurrency=1, poll_interval=0.01, lease_ttl=10, heartbeat_interval=5)
     drive(worker, lambda: queue.get(job_id).state is JobState.RUNNING)
-    queue._store.clock_offset = 1.0  # past the deadline, without sleeping
+    queue.store.clock_offset = 1.0  # past the deadline, without sleeping
     drive(worker, lambda: queue.get(job_id).state is JobState.FAILED)
     release.set()
     drive(worker, lambda: worker.stats.fenced_out == 1)
@@ -252,20 +252,20 @@ def test_stale_outcome_does_not_drop_the_next_attempt_of_the_same_job(
         finally:
             returned[job.attempt].set()
 
-    jobs = queue._store.tables.jobs
+    jobs = queue.store.tables.jobs
 
     def lease_expires() -> float:
         stmt = sa.select(jobs.c.lease_expires).where(jobs.c.id == job_id)
-        return float(queue._store.read(lambda conn: conn.execute(stmt).scalar_one()))
+        return float(queue.store.read(lambda conn: conn.execute(stmt).scalar_one()))
 
     job_id = queue.enqueue("slow")
     # Heartbeats far apart: the worker has not noticed the timeout when it claims again.
     worker = queue.worker(concurrency=2, poll_interval=0.01, lease_ttl=60, heartbeat_interval=30)
     drive(worker, lambda: queue.get(job_id).state is JobState.RUNNING)
-    queue._store.clock_offset = 6.0  # attempt 1 is past its deadline
+    queue.store.clock_offset = 6.0  # attempt 1 is past its deadline
     drive(worker, lambda: queue.get(job_id).state is JobState.READY)
     assert "timed out after 5s (attempt 1)" in (queue.get(job_id).error or "")
-    queue._store.clock_offset = 10.0  # past the retry delay; attempt 2 has 5 s to run
+    queue.store.clock_offset = 10.0  # past the retry delay; attempt 2 has 5 s to run
     drive(worker, lambda: state_of(queue, job_id) == (JobState.RUNNING, 2))
     assert worker.running == 1
     wait_for(lambda: 2 in seen)
@@ -316,9 +316,9 @@ def test_late_and_live_outcomes_of_one_job_recorded_together(
     job_id = queue.enqueue("slow")
     worker = queue.worker(concurrency=2, poll_interval=0.01, lease_ttl=60, heartbeat_interval=30)
     drive(worker, lambda: queue.get(job_id).state is JobState.RUNNING)
-    queue._store.clock_offset = 6.0  # attempt 1 is past its deadline
+    queue.store.clock_offset = 6.0  # attempt 1 is past its deadline
     drive(worker, lambda: queue.get(job_id).state is JobState.READY)
-    queue._store.clock_offset = 10.0  # past the retry delay
+    queue.store.clock_offset = 10.0  # past the retry delay
     drive(worker, lambda: state_of(queue, job_id) == (JobState.RUNNING, 2))
     wait_for(lambda: 2 in started)
 

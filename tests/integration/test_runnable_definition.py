@@ -53,7 +53,7 @@ def build_dag(queue: readyq.Queue, rng: random.Random) -> tuple[list[int], list[
 
 
 def ids_now(queue: readyq.Queue) -> tuple[set[int], set[int]]:
-    store = queue._store
+    store = queue.store
     t = store.tables
 
     def unit(conn: sa.Connection) -> tuple[set[int], set[int]]:
@@ -70,7 +70,7 @@ def ids_now(queue: readyq.Queue) -> tuple[set[int], set[int]]:
 @pytest.mark.parametrize("seed", [7, 2024])
 def test_runnable_matches_the_definition_at_every_step(queue: readyq.Queue, seed: int) -> None:
     rng = random.Random(seed)
-    store = queue._store
+    store = queue.store
     jobs, containers = build_dag(queue, rng)
     checks = {"total": 0, "non_empty": 0}
 
@@ -93,25 +93,25 @@ def test_runnable_matches_the_definition_at_every_step(queue: readyq.Queue, seed
             check(f"step {step}: after cancelling {victim}")
         elif roll < 0.2 and abandoned:
             store.clock_offset += 60  # every abandoned lease (ttl 30) expires
-            store.reclaim()
+            store.reclaim_expired()
             abandoned.clear()
             check(f"step {step}: after a reclaim")
 
-        claimed = store.claim(owner=OWNER, cap=1000, limit=5, ttl=30, types=None)
+        claimed = store.claim_jobs(owner=OWNER, cap=1000, limit=5, ttl=30, types=None)
         check(f"step {step}: after claiming {[c.id for c in claimed]}")
         if not claimed:
             if not store.has_unfinished():
                 break
             # Nothing runnable now: let delays, backoffs and leases pass.
             store.clock_offset += 200
-            store.reclaim()
+            store.reclaim_expired()
             abandoned.clear()
             check(f"step {step}: after moving the clock")
             continue
 
         if rng.random() < 0.1:
             abandoned.append(claimed.pop())  # stays leased until its lease expires
-        started = store.mark_running(OWNER, [(c, None, True) for c in claimed])
+        started = store.start_jobs(OWNER, [(c, None, True) for c in claimed])
         assert started == {c.id for c in claimed}
         check(f"step {step}: after starting")
 
@@ -129,7 +129,7 @@ def test_runnable_matches_the_definition_at_every_step(queue: readyq.Queue, seed
                     delay=rng.choice([0.0, 40.0]),
                 )
             )
-        applied = store.finish(OWNER, outcomes)
+        applied = store.record_outcomes(OWNER, outcomes)
         assert all(applied.values()), applied
         check(f"step {step}: after finishing {[(o.job.id, o.kind) for o in outcomes]}")
     else:

@@ -83,7 +83,7 @@ def assert_uses_ready_index(dialect: str, text: str, rows: list[dict[str, Any]])
 
 
 def test_runnable_selection_uses_a_ready_index(queue: readyq.Queue, dialect_name: str) -> None:
-    t = queue._store.tables
+    t = queue.store.tables
     jobs = t.jobs
     names = {ix["name"] for ix in sa.inspect(queue.engine).get_indexes(jobs.name)}
     assert set(READY_INDEXES) <= names, names
@@ -123,7 +123,7 @@ def test_runnable_selection_uses_a_ready_index(queue: readyq.Queue, dialect_name
             conn.exec_driver_sql(f"ANALYZE TABLE {t.jobs.name}, {t.deps.name}").all()
         conn.commit()
 
-    now_expr = queue._store.now()
+    now_expr = queue.store.now()
     variants = {
         "group and types": runnable(t, now_expr, group="default", types=["t"]),
         "group only": runnable(t, now_expr, group="default"),
@@ -139,11 +139,11 @@ def test_runnable_selection_uses_a_ready_index(queue: readyq.Queue, dialect_name
             pytest.fail(f"{label}: the plan does not read a ready index:\n{sql}\n{text}")
 
     # The claim still finds exactly the runnable jobs of its types.
-    claimed = queue._store.claim(owner="t", cap=100, limit=10, ttl=30, types=["t"])
+    claimed = queue.store.claim_jobs(owner="t", cap=100, limit=10, ttl=30, types=["t"])
     assert sorted(c.id for c in claimed) == sorted(ready)
     assert queue.get(other_type).state is readyq.JobState.READY
     assert queue.get(delayed).state is readyq.JobState.READY
-    claimed = queue._store.claim(owner="t", cap=100, limit=10, ttl=30, types=None)
+    claimed = queue.store.claim_jobs(owner="t", cap=100, limit=10, ttl=30, types=None)
     assert [c.id for c in claimed] == [other_type]
     # Generous: only to notice a pathological bulk insert, not to benchmark.
     assert insert_seconds < 60

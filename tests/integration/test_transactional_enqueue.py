@@ -54,13 +54,13 @@ def app_table(queue: readyq.Queue) -> Iterator[sa.Table]:
 
 
 def job_rows(queue: readyq.Queue) -> int:
-    j = queue._store.tables.jobs
+    j = queue.store.tables.jobs
     with queue.engine.connect() as conn:
         return int(conn.execute(sa.select(sa.func.count()).select_from(j)).scalar_one())
 
 
 def dep_rows(queue: readyq.Queue) -> int:
-    d = queue._store.tables.deps
+    d = queue.store.tables.deps
     with queue.engine.connect() as conn:
         return int(conn.execute(sa.select(sa.func.count()).select_from(d)).scalar_one())
 
@@ -81,7 +81,7 @@ def test_connection_rollback_leaves_no_job(
                               connection=conn)
         conn.execute(sa.insert(app_table).values(id=1, job_id=job_id))
         # Visible inside the transaction...
-        j = queue._store.tables.jobs
+        j = queue.store.tables.jobs
         inside = conn.execute(sa.select(j.c.id).where(j.c.id.in_([job_id, child]))).scalars()
         assert sorted(inside) == sorted([job_id, child])
         # ...and to nobody else before the commit.

@@ -138,7 +138,7 @@ def test_a_conflict_inside_the_callers_transactions(db: str, q: readyq.Queue) ->
         assert inserted.wait(10)
         with engine.begin() as conn:
             # A read first, so that a REPEATABLE READ snapshot predates A's commit.
-            jobs = q._store.tables.jobs
+            jobs = q.store.tables.jobs
             assert conn.execute(sa.select(sa.func.count()).select_from(jobs)).scalar() == 0
             before = q_b.enqueue("work", {"by": "b"}, connection=conn)
             got = q_b.enqueue_unique("work", {"by": "b"}, unique_key="shared", connection=conn)

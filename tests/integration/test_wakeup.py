@@ -19,8 +19,9 @@ import sqlalchemy as sa
 
 import readyq
 from async_support import async_engine
-from readyq.store import Outcome
-from readyq.wakeup import Listener, channel_for, conninfo_for
+from readyq.dialects.postgresql_listener import PgListener as Listener
+from readyq.dialects.postgresql_listener import channel_for, conninfo_for
+from readyq.store import Outcome, OutcomeKind
 
 WORKER = {"concurrency": 4, "lease_ttl": 30.0, "heartbeat_interval": 10.0}
 
@@ -70,11 +71,11 @@ class Harness:
     def listener(self, timeout: float = 5.0) -> Listener | None:
         end = time.monotonic() + timeout
         while time.monotonic() < end:
-            lst = getattr(self.worker, "_listener", None)
+            lst = self.worker.listener
             if lst is not None and lst.listening.wait(0.05):
                 return lst  # type: ignore[no-any-return]
             time.sleep(0.01)
-        return getattr(self.worker, "_listener", None)
+        return self.worker.listener
 
     def settle(self) -> None:
         """Wait until the worker sits in its poll wait with nothing to do."""
@@ -195,14 +196,14 @@ def test_a_dependent_made_ready_wakes_an_idle_worker_and_a_partial_release_does_
     first = h.q.enqueue("up")
     second = h.q.enqueue("up")
     h.q.enqueue("mark", {"n": 1}, depends_on=[first, second])
-    store = h.q._store
+    store = h.q.store
 
     def finish(job_id: int) -> float:
-        _, claimed = store.cycle("other", [], cap=10, limit=1, ttl=30.0, types=["up"],
+        _, claimed = store.finish_and_claim("other", [], cap=10, limit=1, ttl=30.0, types=["up"],
                                  start={"up": (None, True)})
         assert [c.id for c in claimed] == [job_id]
         t0 = time.monotonic()
-        done = store.finish("other", [Outcome(job=claimed[0], kind="done")])
+        done = store.record_outcomes("other", [Outcome(job=claimed[0], kind=OutcomeKind.DONE)])
         assert done == {(job_id, claimed[0].lease_token): True}
         return t0
 
@@ -250,7 +251,7 @@ def test_other_databases_poll_without_a_listener(harness: Any, dialect_name: str
     h = harness("sync", 0.05)
     h.enqueue(1)
     assert h.wait_started(1, 5.0) is not None
-    assert getattr(h.worker, "_listener", None) is None
+    assert h.worker.listener is None
 
 
 def test_listen_false_polls_only(db: str, dialect_name: str) -> None:
@@ -261,8 +262,8 @@ def test_listen_false_polls_only(db: str, dialect_name: str) -> None:
         q.handler("mark")(lambda job: None)
         w = q.worker(poll_interval=0.05)
         stats = w.run(until_idle=True, handle_signals=False)
-        assert stats.ticks >= 1 and getattr(w, "_listener", None) is None
-        assert q._store.on_ready is None
+        assert stats.ticks >= 1 and w.listener is None
+        assert q.store.context.notifier is None
     finally:
         q.close()
 
@@ -321,7 +322,7 @@ def test_an_idle_tick_reads_without_waiting_for_the_claim_lock(
 
     later = queue.enqueue("t", run_after=3600)  # ready, but not runnable yet
     worker = queue.worker(concurrency=4, poll_interval=0.05)
-    t = queue._store.tables
+    t = queue.store.tables
     holder = queue.engine.connect()
     try:
         if dialect_name == "sqlite":
@@ -340,7 +341,7 @@ def test_an_idle_tick_reads_without_waiting_for_the_claim_lock(
         holder.rollback()
         holder.close()
     # With the lock free and the job due, the next tick claims it.
-    queue._store.clock_offset = 3601.0
+    queue.store.clock_offset = 3601.0
     deadline = time.monotonic() + 10
     while queue.get(later).state is not readyq.JobState.DONE:
         assert time.monotonic() < deadline
@@ -357,7 +358,7 @@ def test_a_listener_wakes_on_each_notification_and_stop_closes_its_connection(
     _pg_only(dialect_name)
     import selectors
 
-    import readyq.wakeup as wakeup
+    import readyq.dialects.postgresql_listener as wakeup
 
     built: list[selectors.BaseSelector] = []
 

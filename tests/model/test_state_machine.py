@@ -3,10 +3,10 @@ the specification predicts every row; after every step the database equals the m
 the invariants hold.
 
 Rules: enqueue (dependencies, containers, nested containers, timeouts), claim
-(``store.claim``, which leases, and ``store.cycle`` with ``start``, which claims and
+(``store.claim_jobs``, which leases, and ``store.finish_and_claim`` with ``start``, which claims and
 starts in one statement), ``store.mark_running``, heartbeats, outcomes (``done``,
 ``retry``, ``fail``, ``cancel``, ``release``; through ``store.finish`` or
-``store.cycle``, which records them and claims in one transaction), ``store.cancel``,
+``store.finish_and_claim``, which records them and claims in one transaction), ``store.cancel``,
 advancing the database clock (``store.clock_offset``), ``store.reclaim`` (expired leases
 and passed deadlines), and stale writers: an old lease finishing or heartbeating after it
 was reclaimed, re-claimed or finished, which must change nothing.
@@ -118,14 +118,14 @@ class Counters:
 
 
 def reset(queue: readyq.Queue) -> None:
-    t = queue._store.tables
+    t = queue.store.tables
     with queue.engine.begin() as conn:
         conn.execute(sa.delete(t.deps))
         conn.execute(sa.delete(t.groups))
         conn.execute(sa.update(t.jobs).values(parent_id=None))
         conn.execute(sa.delete(t.jobs))
         conn.execute(sa.update(t.gate).values(vclock=0.0, seq=0))
-    queue._store.clock_offset = 0.0
+    queue.store.clock_offset = 0.0
 
 
 class QueueModel(RuleBasedStateMachine):
@@ -135,7 +135,7 @@ class QueueModel(RuleBasedStateMachine):
     def __init__(self) -> None:
         super().__init__()
         reset(self.queue)
-        self.store = self.queue._store
+        self.store = self.queue.store
         self.jobs: dict[int, MJob] = {}
         self.leases: list[tuple[str, Any]] = []  # (owner, ClaimedJob) ever handed out
         # Outcomes recorded, with what the job looked like right after.
@@ -456,10 +456,10 @@ class QueueModel(RuleBasedStateMachine):
         self.settle()
         store = self.store
         if start:
-            _, claimed = self.step("claim+start (cycle)", lambda: store.cycle(
+            _, claimed = self.step("claim+start (cycle)", lambda: store.finish_and_claim(
                 owner, [], cap=CAP, limit=limit, ttl=TTL, types=types, start=START))
         else:
-            claimed = self.step("claim", lambda: store.claim(
+            claimed = self.step("claim", lambda: store.claim_jobs(
                 owner=owner, cap=CAP, limit=limit, ttl=TTL, types=types))
         self.model_claim(owner, limit, types, start, claimed)
         self.sync()
@@ -470,7 +470,7 @@ class QueueModel(RuleBasedStateMachine):
         m = self.jobs[c.id]
         timeout, retry = START[m.type]
         seconds = m.timeout if m.timeout is not None else timeout
-        moved = self.step("mark_running", lambda: self.store.mark_running(
+        moved = self.step("mark_running", lambda: self.store.start_jobs(
             owner, [(c, seconds, retry)]))
         ok = m.owner == owner and m.token == c.lease_token
         assert moved == ({c.id} if ok else set())
@@ -547,10 +547,11 @@ class QueueModel(RuleBasedStateMachine):
             # Outcomes and a claim in one transaction; freed slots count for the claim.
             self.settle()
             limit = data.draw(st.integers(1, 2), "limit")
-            applied, claimed = self.step("finish+claim (cycle)", lambda: self.store.cycle(
-                owner, outcomes, cap=CAP, limit=limit, ttl=TTL, types=None, start=START))
+            applied, claimed = self.step("finish+claim (cycle)", lambda: (
+                self.store.finish_and_claim(owner, outcomes, cap=CAP, limit=limit, ttl=TTL,
+                                            types=None, start=START)))
         else:
-            applied = self.step("finish", lambda: self.store.finish(owner, outcomes))
+            applied = self.step("finish", lambda: self.store.record_outcomes(owner, outcomes))
         for o in sorted(outcomes, key=lambda o: (o.kind != "done", o.job.id)):
             ok = self.model_finish(owner, o)
             assert applied[o.job.id, o.job.lease_token] == ok, o
@@ -575,7 +576,7 @@ class QueueModel(RuleBasedStateMachine):
         recognised as recorded (True) and changes nothing, not even propagation."""
         owner, o = data.draw(st.sampled_from(self.replayable()), "recorded outcome")
         before = self.read_rows()
-        applied = self.step("replayed finish", lambda: self.store.finish(owner, [o]))
+        applied = self.step("replayed finish", lambda: self.store.record_outcomes(owner, [o]))
         assert applied == {(o.job.id, o.job.lease_token): True}, (o.kind, applied)
         after = self.read_rows()
         assert {k: tuple(v) for k, v in after.items()} == \
@@ -592,7 +593,7 @@ class QueueModel(RuleBasedStateMachine):
             assert status[c.id].lost
         else:
             o = self.outcome(data, c)
-            applied = self.step("stale finish", lambda: self.store.finish(owner, [o]))
+            applied = self.step("stale finish", lambda: self.store.record_outcomes(owner, [o]))
             assert applied == {(c.id, c.lease_token): False}
         self.counters.fenced += 1
         after = self.read_rows()
@@ -647,7 +648,7 @@ class QueueModel(RuleBasedStateMachine):
     def reclaim(self, data: st.DataObject) -> None:
         self.settle()
         now = self.now()
-        result = self.step("reclaim", lambda: self.store.reclaim())
+        result = self.step("reclaim", lambda: self.store.reclaim_expired())
         retried = failed = timed_out = cancelled = 0
         ended = []
         for m in sorted(self.jobs.values(), key=lambda m: m.id):

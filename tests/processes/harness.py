@@ -241,8 +241,8 @@ def enqueue_many(
 
 def job_row(queue: readyq.Queue, job_id: int) -> Any:
     """The job's row with the database clock as ``db_now`` (to judge lease expiry)."""
-    j = queue._store.tables.jobs
-    now = queue._store.now()
+    j = queue.store.tables.jobs
+    now = queue.store.now()
     with queue.engine.connect() as conn:
         return conn.execute(sa.select(j, now.label("db_now")).where(j.c.id == job_id)).one()
 

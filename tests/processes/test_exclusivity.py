@@ -43,7 +43,7 @@ def test_racing_processes_run_every_job_exactly_once(
     assert not [e for e in events if e.event in ("lease_lost", "fenced")]
 
     assert queue.counts() == {"done": JOBS}
-    j = queue._store.tables.jobs
+    j = queue.store.tables.jobs
     with queue.engine.connect() as conn:
         rows = conn.execute(sa.select(j.c.id, j.c.attempts, j.c.lease_owner)).all()
     assert {r.attempts for r in rows} == {1}

@@ -25,7 +25,7 @@ def test_readyq_imports_none_of_them_until_asked(tmp_path: Path) -> None:
     run(
         f"""
         import sys
-        import readyq, readyq.metrics, readyq.prometheus, readyq.tracing, readyq.handlers
+        import readyq, readyq.metrics, readyq.prometheus, readyq.tracing, readyq.validation
         q = readyq.Queue("sqlite:///q.db")
         q.create_schema()
         q.handler("x")(lambda job: 1)

@@ -7,7 +7,7 @@ import pytest
 import readyq
 from readyq.payload import MAX_DEPTH, decode, encode
 from readyq.planning.backoff import retry_delay
-from readyq.planning.limits import current_cap, normalize
+from readyq.planning.caps import current_cap, normalize
 
 
 @pytest.mark.parametrize(

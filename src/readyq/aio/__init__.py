@@ -1,7 +1,6 @@
 """The asyncio API: :class:`AsyncQueue` and its worker, over an AsyncEngine."""
 
 from readyq.aio.queue import AsyncQueue
-from readyq.aio.store import AsyncStore
 from readyq.aio.worker import AsyncWorker
 
-__all__ = ["AsyncQueue", "AsyncStore", "AsyncWorker"]
+__all__ = ["AsyncQueue", "AsyncWorker"]

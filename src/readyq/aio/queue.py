@@ -1,30 +1,42 @@
 """AsyncQueue: the Queue API for asyncio, over an AsyncEngine.
 
-Validation, the handler registry and every unit of SQL are the sync Queue's and Store's:
-an AsyncQueue holds a Queue (on the async engine's ``sync_engine``) whose store runs its
-transactions through an :class:`~readyq.aio.store.AsyncStore`.
+An AsyncQueue holds a :class:`readyq.Queue` on its engine's ``sync_engine`` and runs each
+call of it in a greenlet (SQLAlchemy's ``greenlet_spawn``): every check, every unit of
+SQL and the one retry loop are the Queue's own, and the driver's I/O is awaited on the
+event loop underneath. Only the pauses between retries differ, and the store picks them
+from the engine (see :mod:`readyq.store.transactions`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
-from datetime import timedelta
+from collections.abc import Callable, Iterable
+from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, AsyncSession, create_async_engine
+from sqlalchemy.util.concurrency import greenlet_spawn
+from typing_extensions import Unpack
 
-from readyq.aio.store import AsyncStore
-from readyq.dialects import dialect_class
+from readyq import engines
+from readyq.aio.worker import AsyncWorker
+from readyq.config import WorkerOptions, WorkerOptionsDict
+from readyq.engines import DEFAULT_IDLE_TRANSACTION_TIMEOUT
+from readyq.handlers import HandlerSpec
 from readyq.model import Enqueued, GroupStats, JobInfo
 from readyq.payload import DEFAULT_MAX_PAYLOAD_BYTES
-from readyq.planning.limits import Limits
-from readyq.queue import DEFAULT_MAX_ATTEMPTS, HandlerSpec, Queue, _duration
-from readyq.rates import RateLimit
+from readyq.planning.backoff import DEFAULT_RETRY_BASE, DEFAULT_RETRY_MAX
+from readyq.queue import (
+    DEFAULT_GROUP,
+    DEFAULT_MAX_ATTEMPTS,
+    F,
+    JobSpec,
+    Queue,
+    queue_duration,
+)
+from readyq.rate_limits import RateLimit
 from readyq.schema import DEFAULT_PREFIX
-from readyq.sessions import DEFAULT_IDLE_TRANSACTION_TIMEOUT, install_session_timeouts
-from readyq.wakeup import install_notify
 from readyq.worker import WorkerStats
 
 T = TypeVar("T")
@@ -50,18 +62,16 @@ class AsyncQueue:
         observers: Iterable[Any] = (),
         idle_transaction_timeout: float | timedelta | None = DEFAULT_IDLE_TRANSACTION_TIMEOUT,
     ) -> None:
-        idle_timeout = _duration(idle_transaction_timeout, "idle_transaction_timeout")
+        idle_timeout = queue_duration(idle_transaction_timeout, "idle_transaction_timeout")
         if isinstance(url, AsyncEngine):
             engine, owned = url, False
         else:
             parsed = sa.make_url(url)
-            options = dict(dialect_class(parsed.get_backend_name()).engine_options())
-            options.update(engine_options or {})
+            options = engines.engine_options(parsed, engine_options)
             engine, owned = create_async_engine(parsed, **options), True
-            install_session_timeouts(engine.sync_engine, idle_timeout)
+            engines.install_session_timeouts(engine.sync_engine, idle_timeout)
         self.async_engine = engine
         self._owned = owned
-        # Validation and handlers only: its store is replaced by the async one below.
         self._queue = Queue(
             engine.sync_engine,
             prefix=prefix,
@@ -70,15 +80,12 @@ class AsyncQueue:
             listen=listen,
             observers=observers,
         )
-        self._astore = AsyncStore(engine, prefix, owned=owned)
-        self._queue._store = self._astore.sync
-        install_notify(self._astore.sync, listen)
 
     # -- plumbing -------------------------------------------------------------------------
 
     @property
     def queue(self) -> Queue:
-        """The sync Queue behind this one (validation, handlers)."""
+        """The Queue behind this one; call it only from a greenlet (``greenlet_spawn``)."""
         return self._queue
 
     @property
@@ -89,19 +96,24 @@ class AsyncQueue:
     def listen(self) -> bool | None:
         return self._queue.listen
 
-    async def _call(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
-        self._queue._check_open()
-        return await self._astore.call(fn, *args, **kwargs)
+    async def run(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        """Run a call of the Queue behind this one (or of its store) in a greenlet."""
+        return await greenlet_spawn(fn, *args, **kwargs)
 
-    async def _in(self, connection: AsyncConnection | AsyncSession, fn: Callable[..., T],
-                  *args: Any, **kwargs: Any) -> T:
-        """Run ``fn(..., connection=<sync conn>)`` inside the caller's transaction."""
-        self._queue._check_open()
-        await self._astore.ensure()
-        if isinstance(connection, AsyncConnection):
-            aconn = connection
-        else:
-            aconn = await connection.connection()
+    async def _in(
+        self,
+        connection: AsyncConnection | AsyncSession | None,
+        fn: Callable[..., T],
+        *args: Any,
+        **kwargs: Any,
+    ) -> T:
+        """``fn(...)``, or ``fn(..., connection=<its sync connection>)`` inside the caller's
+        transaction."""
+        if connection is None:
+            return await greenlet_spawn(fn, *args, **kwargs)
+        aconn = connection if isinstance(connection, AsyncConnection) else (
+            await connection.connection()
+        )
 
         def unit(conn: Connection) -> T:
             return fn(*args, connection=conn, **kwargs)
@@ -109,17 +121,18 @@ class AsyncQueue:
         return await aconn.run_sync(unit)
 
     async def database(self) -> str:
-        return (await self._astore.ensure()).name
+        """The database flavour: ``sqlite``, ``postgresql``, ``mysql`` or ``mariadb``."""
+        return await greenlet_spawn(lambda: self._queue.database)
 
     async def create_schema(self) -> None:
-        await self._call(self._queue.create_schema)
+        await greenlet_spawn(self._queue.create_schema)
 
     async def drop_schema(self) -> None:
-        await self._call(self._queue.drop_schema)
+        await greenlet_spawn(self._queue.drop_schema)
 
     async def close(self) -> None:
         """Close the queue; dispose of its engine if it made it."""
-        self._queue._closed = True
+        await greenlet_spawn(self._queue.close)
         if self._owned:
             await self.async_engine.dispose()
 
@@ -141,13 +154,31 @@ class AsyncQueue:
 
     async def group_stats(self) -> dict[str, GroupStats]:
         """See :meth:`readyq.Queue.group_stats`."""
-        return await self._call(self._queue.group_stats)
+        return await greenlet_spawn(self._queue.group_stats)
 
     # -- handlers -------------------------------------------------------------------------
 
-    def handler(self, *args: Any, **kwargs: Any) -> Any:
-        """Register a handler (``async def`` or plain); see :meth:`readyq.Queue.handler`."""
-        return self._queue.handler(*args, **kwargs)
+    def handler(
+        self,
+        type: str,
+        *,
+        timeout: float | timedelta | None = None,
+        max_attempts: int | None = None,
+        retry_on_timeout: bool = True,
+        retry_backoff: float | timedelta = DEFAULT_RETRY_BASE,
+        retry_backoff_max: float | timedelta = DEFAULT_RETRY_MAX,
+        args_model: type[Any] | None = None,
+        result_model: type[Any] | None = None,
+        rate_limit: str | RateLimit | None = None,
+    ) -> Callable[[F], F]:
+        """Register a handler (``async def`` or plain); see :meth:`readyq.Queue.handler`
+        (no I/O: nothing to await)."""
+        return self._queue.handler(
+            type, timeout=timeout, max_attempts=max_attempts,
+            retry_on_timeout=retry_on_timeout, retry_backoff=retry_backoff,
+            retry_backoff_max=retry_backoff_max, args_model=args_model,
+            result_model=result_model, rate_limit=rate_limit,
+        )
 
     @property
     def handlers(self) -> dict[str, HandlerSpec]:
@@ -163,105 +194,127 @@ class AsyncQueue:
 
     # -- jobs -----------------------------------------------------------------------------
 
-    async def enqueue(self, *args: Any, connection: AsyncConnection | AsyncSession | None = None,
-                      **kwargs: Any) -> int:
+    async def enqueue(
+        self,
+        type: str,
+        args: Any = None,
+        *,
+        group: str = DEFAULT_GROUP,
+        weight: int = 1,
+        priority: int = 0,
+        depends_on: Iterable[int | JobInfo] = (),
+        parent: int | JobInfo | None = None,
+        run_after: datetime | timedelta | float | None = None,
+        max_attempts: int | None = None,
+        timeout: float | timedelta | None = None,
+        unique_key: str | None = None,
+        connection: AsyncConnection | AsyncSession | None = None,
+    ) -> int:
         """See :meth:`readyq.Queue.enqueue`; ``connection`` takes an AsyncConnection or
         AsyncSession and enqueues inside its transaction."""
-        if connection is not None:
-            return await self._in(connection, self._queue.enqueue, *args, **kwargs)
-        return await self._call(self._queue.enqueue, *args, **kwargs)
+        return await self._in(
+            connection, self._queue.enqueue, type, args, group=group, weight=weight,
+            priority=priority, depends_on=depends_on, parent=parent, run_after=run_after,
+            max_attempts=max_attempts, timeout=timeout, unique_key=unique_key,
+        )
 
     async def enqueue_unique(
-        self, *args: Any, connection: AsyncConnection | AsyncSession | None = None,
-        **kwargs: Any,
+        self,
+        type: str,
+        args: Any = None,
+        *,
+        unique_key: str,
+        group: str = DEFAULT_GROUP,
+        weight: int = 1,
+        priority: int = 0,
+        depends_on: Iterable[int | JobInfo] = (),
+        parent: int | JobInfo | None = None,
+        run_after: datetime | timedelta | float | None = None,
+        max_attempts: int | None = None,
+        timeout: float | timedelta | None = None,
+        connection: AsyncConnection | AsyncSession | None = None,
     ) -> Enqueued:
         """See :meth:`readyq.Queue.enqueue_unique`."""
-        if connection is not None:
-            return await self._in(connection, self._queue.enqueue_unique, *args, **kwargs)
-        return await self._call(self._queue.enqueue_unique, *args, **kwargs)
+        return await self._in(
+            connection, self._queue.enqueue_unique, type, args, unique_key=unique_key,
+            group=group, weight=weight, priority=priority, depends_on=depends_on,
+            parent=parent, run_after=run_after, max_attempts=max_attempts, timeout=timeout,
+        )
 
     async def enqueue_container(
-        self, *args: Any, connection: AsyncConnection | AsyncSession | None = None, **kwargs: Any
+        self,
+        type: str,
+        args: Any = None,
+        *,
+        group: str = DEFAULT_GROUP,
+        weight: int = 1,
+        depends_on: Iterable[int | JobInfo] = (),
+        parent: int | JobInfo | None = None,
+        connection: AsyncConnection | AsyncSession | None = None,
     ) -> int:
-        if connection is not None:
-            return await self._in(connection, self._queue.enqueue_container, *args, **kwargs)
-        return await self._call(self._queue.enqueue_container, *args, **kwargs)
+        """See :meth:`readyq.Queue.enqueue_container`."""
+        return await self._in(
+            connection, self._queue.enqueue_container, type, args, group=group,
+            weight=weight, depends_on=depends_on, parent=parent,
+        )
 
     async def enqueue_many(
-        self, *args: Any, connection: AsyncConnection | AsyncSession | None = None, **kwargs: Any
+        self,
+        jobs: Iterable[JobSpec],
+        *,
+        connection: AsyncConnection | AsyncSession | None = None,
     ) -> list[int]:
-        if connection is not None:
-            return await self._in(connection, self._queue.enqueue_many, *args, **kwargs)
-        return await self._call(self._queue.enqueue_many, *args, **kwargs)
+        """See :meth:`readyq.Queue.enqueue_many`."""
+        return await self._in(connection, self._queue.enqueue_many, jobs)
 
     async def get(self, job_id: int) -> JobInfo:
-        return await self._call(self._queue.get, job_id)
+        """See :meth:`readyq.Queue.get`."""
+        return await greenlet_spawn(self._queue.get, job_id)
 
     async def cancel(self, job_id: int) -> bool:
-        return await self._call(self._queue.cancel, job_id)
+        """See :meth:`readyq.Queue.cancel`."""
+        return await greenlet_spawn(self._queue.cancel, job_id)
 
     async def counts(self) -> dict[str, int]:
-        return await self._call(self._queue.counts)
+        """See :meth:`readyq.Queue.counts`."""
+        return await greenlet_spawn(self._queue.counts)
+
+    async def wait(
+        self,
+        job_id: int,
+        timeout: float | timedelta | None = None,
+        *,
+        poll_interval: float = 0.1,
+    ) -> JobInfo:
+        """Wait until the job reaches a terminal state; return it. See
+        :meth:`readyq.Queue.wait` (the waits between polls are the event loop's)."""
+        return await greenlet_spawn(
+            self._queue.wait, job_id, timeout, poll_interval=poll_interval
+        )
 
     # -- workers --------------------------------------------------------------------------
 
-    def worker(
-        self,
-        *,
-        concurrency: Limits = 1,
-        lease_ttl: float | timedelta = 30.0,
-        heartbeat_interval: float | timedelta = 10.0,
-        poll_interval: float | timedelta = 1.0,
-        types: Sequence[str] | None = None,
-        worker_id: str | None = None,
-        max_running: int | None = None,
-        shutdown_grace: float | timedelta = 0.0,
-        freeze_gc: bool = True,
-    ) -> Any:
-        """Build an :class:`~readyq.aio.worker.AsyncWorker` (see :meth:`run_worker`)."""
-        from readyq.aio.worker import AsyncWorker
-
-        self._queue._check_open()
+    def worker(self, **options: Unpack[WorkerOptionsDict]) -> AsyncWorker:
+        """Build an :class:`~readyq.aio.worker.AsyncWorker`; the options are those of
+        :class:`readyq.WorkerOptions` (see :meth:`readyq.Queue.run_worker`)."""
+        q = self._queue
+        q.check_open()
         return AsyncWorker(
-            self,
-            concurrency=concurrency,
-            lease_ttl=lease_ttl,
-            heartbeat_interval=heartbeat_interval,
-            poll_interval=poll_interval,
-            types=types,
-            worker_id=worker_id,
-            max_running=max_running,
-            shutdown_grace=shutdown_grace,
-            freeze_gc=freeze_gc,
+            q.store,
+            q.handlers,
+            q.hooks,
+            q.rate_limits,
+            WorkerOptions(**options),
+            max_payload_bytes=q.max_payload_bytes,
+            listen=q.listen,
         )
 
     async def run_worker(
-        self,
-        *,
-        concurrency: Limits = 1,
-        lease_ttl: float | timedelta = 30.0,
-        heartbeat_interval: float | timedelta = 10.0,
-        poll_interval: float | timedelta = 1.0,
-        until_idle: bool = False,
-        types: Sequence[str] | None = None,
-        worker_id: str | None = None,
-        max_running: int | None = None,
-        shutdown_grace: float | timedelta = 0.0,
-        freeze_gc: bool = True,
+        self, *, until_idle: bool = False, **options: Unpack[WorkerOptionsDict]
     ) -> WorkerStats:
-        """Run jobs until stopped (or idle); same options as :meth:`readyq.Queue.run_worker`.
+        """Run jobs until stopped (or idle); the options of :meth:`readyq.Queue.run_worker`.
 
         ``async def`` handlers run as tasks on this event loop, plain ones in threads.
         """
-        worker = self.worker(
-            concurrency=concurrency,
-            lease_ttl=lease_ttl,
-            heartbeat_interval=heartbeat_interval,
-            poll_interval=poll_interval,
-            types=types,
-            worker_id=worker_id,
-            max_running=max_running,
-            shutdown_grace=shutdown_grace,
-            freeze_gc=freeze_gc,
-        )
-        return await worker.run(until_idle=until_idle)  # type: ignore[no-any-return]
+        return await self.worker(**options).run(until_idle=until_idle)
+

@@ -1,11 +1,12 @@
 """AsyncWorker: the Worker's loop on an event loop.
 
 The loop itself is :class:`readyq.worker.Worker`'s, unchanged (ticks, heartbeats,
-reclaim, cap, grace, wake-up), run in a greenlet: its store awaits the AsyncStore and its
-waits await an asyncio event. ``async def`` handlers run as tasks on the loop; plain
-handlers run in the Worker's daemon handler threads (an abandoned, hung handler must not
-keep the process or the event loop's executor from exiting). Outcomes are decided by the
-same ``done_outcome``/``failed_outcome`` as in the thread worker.
+reclaim, cap, grace, wake-up), run in a greenlet: its store runs on the async engine's
+``sync_engine`` there, and its waits await an asyncio event. ``async def`` handlers run
+as tasks on the loop; plain handlers run in the Worker's daemon handler threads (an
+abandoned, hung handler must not keep the process or the event loop's executor from
+exiting). Outcomes are decided by the same ``done_outcome``/``failed_outcome`` as in the
+thread worker.
 """
 
 from __future__ import annotations
@@ -14,24 +15,22 @@ import asyncio
 import contextlib
 import threading
 import time
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Coroutine
+from typing import Any
 
 from sqlalchemy.util.concurrency import await_only, greenlet_spawn
 
 from readyq.errors import ConfigurationError
-from readyq.model import Job
+from readyq.model import Flag, Job
 from readyq.tracing import attempt_span
 from readyq.worker import (
+    HandlerPool,
+    RunningAttempt,
     Worker,
     WorkerStats,
-    _HandlerPool,
-    _Running,
     done_outcome,
     prepare_job,
 )
-
-if TYPE_CHECKING:
-    from readyq.aio.queue import AsyncQueue
 
 
 class _LoopEvent:
@@ -70,20 +69,20 @@ class _LoopEvent:
 class _Launcher:
     """Where the Worker submits attempts: a task for ``async def``, a thread otherwise."""
 
-    def __init__(self, worker: AsyncWorker) -> None:
-        self._worker = worker
-        self._threads = _HandlerPool()
+    def __init__(self, run_async: Callable[[RunningAttempt], Coroutine[Any, Any, None]]) -> None:
+        self._run_async = run_async
+        self._threads = HandlerPool()
         self.tasks: set[asyncio.Task[None]] = set()
 
-    def submit(self, fn: Any, entry: _Running) -> None:
+    def submit(self, fn: Any, entry: RunningAttempt) -> None:
         if entry.spec.is_async:
-            task = asyncio.get_running_loop().create_task(self._worker._aexecute(entry))
+            task = asyncio.get_running_loop().create_task(self._run_async(entry))
             self.tasks.add(task)
             task.add_done_callback(self.tasks.discard)
         else:
             self._threads.submit(fn, entry)
 
-    def submit_many(self, fn: Any, entries: list[_Running]) -> None:
+    def submit_many(self, fn: Any, entries: list[RunningAttempt]) -> None:
         threaded = []
         for entry in entries:
             if entry.spec.is_async:
@@ -97,21 +96,23 @@ class _Launcher:
 
 
 class AsyncWorker(Worker):
-    """Runs an AsyncQueue's handlers; build it with ``AsyncQueue.worker()``."""
+    """Runs an AsyncQueue's handlers; build it with ``AsyncQueue.worker()`` (it takes
+    what :class:`readyq.Worker` takes)."""
 
-    def __init__(self, queue: AsyncQueue, **options: Any) -> None:
-        super().__init__(queue.queue, **options)
-        self.async_queue = queue
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._loop_thread: int | None = None
 
     async def run(  # type: ignore[override]
         self, *, until_idle: bool = False, handle_signals: bool = True
     ) -> WorkerStats:
         """Loop until ``stop()`` (or idle, with ``until_idle``); see ``Worker.run``."""
         self._loop = asyncio.get_running_loop()
+        self._loop_thread = threading.get_ident()
         self._stop = _LoopEvent(self._loop)  # type: ignore[assignment]
         self._inbox.wake = _LoopEvent(self._loop)  # type: ignore[assignment]
-        self._pool = _Launcher(self)  # type: ignore[assignment]
+        self._pool = _Launcher(self._aexecute)
         return await greenlet_spawn(Worker.run, self, until_idle=until_idle,
                                     handle_signals=handle_signals)
 
@@ -120,37 +121,37 @@ class AsyncWorker(Worker):
         ``Worker.prepare``."""
         await greenlet_spawn(Worker.prepare, self)
 
-    def _connect(self) -> None:
-        """Reach the database (in the loop's greenlet): the async store detects the
-        dialect; until then the loop backs off like after any other outage."""
-        await_only(self.async_queue._astore.ensure())
-        super()._connect()
-
-    async def _aexecute(self, entry: _Running) -> None:
+    async def _aexecute(self, entry: RunningAttempt) -> None:
         """The async twin of ``Worker._execute``: same span, validation and outcomes."""
-        c, job, spec = entry.claimed, entry.job, entry.spec
         began = time.monotonic()
         if self._too_late(entry, began):
             return
-        with attempt_span(c) as span:
-            try:
-                prepare_job(job, spec)
-                value = await spec.fn(job)
-                outcome = done_outcome(c, value, self.queue.max_payload_bytes, spec,
-                                       duration=time.monotonic() - began)
-            except BaseException as exc:  # a handler's failure, whatever it is, fails it
-                outcome = self._failed(entry, began, span, exc)
+        if entry.traced:
+            with attempt_span(entry.claimed) as span:
+                outcome = await self._aattempt(entry, began, span)
+        else:  # no span to open, as in the thread worker
+            outcome = await self._aattempt(entry, began, None)
         self._report(outcome)
 
-    def _job_heartbeat(self, job: Job) -> None:
+    async def _aattempt(self, entry: RunningAttempt, began: float, span: Any) -> Any:
+        c, job, spec = entry.claimed, entry.job, entry.spec
+        try:
+            prepare_job(job, spec)
+            value = await spec.fn(job)
+            return done_outcome(c, value, self.max_payload_bytes, spec,
+                                duration=time.monotonic() - began)
+        except BaseException as exc:  # a handler's failure, whatever it is, fails it
+            return self._failed(entry, began, span, exc)
+
+    def _job_heartbeat(self, job: Job, *, lost: Flag, cancelled: Flag) -> None:
         """``job.heartbeat()`` from a plain handler's thread: run it on the loop."""
         loop = self._loop
-        if loop is None or threading.get_ident() == getattr(self._inbox.wake, "_thread", None):
+        if loop is None or threading.get_ident() == self._loop_thread:
             raise ConfigurationError(
                 "job.heartbeat() blocks: an async handler cannot call it on the event loop "
                 "(the worker heartbeats its running jobs every heartbeat_interval)"
             )
         future = asyncio.run_coroutine_threadsafe(
-            greenlet_spawn(Worker._job_heartbeat, self, job), loop
+            greenlet_spawn(super()._job_heartbeat, job, lost=lost, cancelled=cancelled), loop
         )
         future.result()

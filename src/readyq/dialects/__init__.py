@@ -1,4 +1,9 @@
-"""Pick the dialect for an engine, once, from the connected server."""
+"""The database dialects, and picking one for an engine, once, from the connected server.
+
+The dialect decides everything that differs between databases: see
+:mod:`readyq.dialects.base` for the seam. Outside this package (and the DDL in
+:mod:`readyq.schema`), no code tests which database it is on.
+"""
 
 from __future__ import annotations
 
@@ -6,7 +11,18 @@ from typing import Any, cast
 
 from sqlalchemy.engine import Connection, Engine
 
-from readyq.dialects.base import Capabilities, ClaimRequest, Dialect
+from readyq.dialects.base import (
+    Capabilities,
+    ClaimReceipt,
+    ClaimRequest,
+    Dialect,
+    Listener,
+    MarkedDone,
+    Notifies,
+    Progress,
+    ReadyNotifier,
+    RecordsProgressInClaim,
+)
 from readyq.dialects.mysql import MySQLDialect
 from readyq.dialects.postgresql import PostgresDialect
 from readyq.dialects.sqlite import SQLiteDialect
@@ -14,10 +30,17 @@ from readyq.errors import UnsupportedDatabase
 
 __all__ = [
     "Capabilities",
+    "ClaimReceipt",
     "ClaimRequest",
     "Dialect",
+    "Listener",
+    "MarkedDone",
     "MySQLDialect",
+    "Notifies",
     "PostgresDialect",
+    "Progress",
+    "ReadyNotifier",
+    "RecordsProgressInClaim",
     "SQLiteDialect",
     "dialect_class",
     "dialect_for",

@@ -1,8 +1,23 @@
-"""The dialect seam: only what truly differs between databases.
+"""The dialect seam: the operations whose SQL differs between databases.
 
-Portable SQL lives in :mod:`readyq.sql` and :mod:`readyq.store`. A dialect says how a
-write transaction begins, how rows are locked, what time it is on the server, how one
-group's runnable jobs are claimed, and which errors are worth a retry.
+Each public method of :class:`Dialect` is a whole operation on readyq's tables (claim
+these jobs, mark this batch done, extend these leases) or a fact about the database
+(its clock, how a write transaction begins, which errors are worth a retry). The
+portable implementation of each operation is here; a database's module overrides what
+its facts force, and each override's docstring names the fact.
+
+Three kinds of members, told apart in the code:
+
+* required: ``@abstractmethod`` (the clock, the claim, the statement that marks a batch
+  done), which every database writes its own way;
+* portable operations with a default here, which a database may override with a faster
+  form (PostgreSQL loads many rows with ``COPY``, reads the runnable counts in one
+  statement, ...);
+* optional abilities that only some databases have, each a :class:`typing.Protocol`
+  (:class:`RecordsProgressInClaim`, :class:`Notifies`), checked with ``isinstance``.
+
+Statements that never differ (cancel's updates, the container roll-up) are not part of
+the seam: the store builds them itself, from :mod:`readyq.sql`.
 """
 
 from __future__ import annotations
@@ -11,13 +26,16 @@ from abc import ABC, abstractmethod
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, ClassVar, TypeVar
+from functools import partial
+from typing import Any, ClassVar, NamedTuple, Protocol, TypeVar, runtime_checkable
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
 
 from readyq.model import IN_FLIGHT_STATES, ClaimedJob
-from readyq.schema import GATE_ID, Tables
+from readyq.schema import BULK_COLUMNS, BULK_CONSTANTS, GATE_ID, ROW_KEYS, Tables, TableTraits
+from readyq.sql import jobs as job_sql
+from readyq.sql import leases as lease_sql
 from readyq.sql.ready import (
     Part,
     as_is,
@@ -29,7 +47,10 @@ from readyq.sql.ready import (
     merged_types,
     ready_group_keys,
     runnable,
+    runnable_head,
+    state_in,
     values_in,
+    waiting_of_types,
 )
 
 S = TypeVar("S")
@@ -44,6 +65,9 @@ class Capabilities:
     partial_index: bool
     listen_notify: bool
     row_locks: bool
+    # A read of one statement may run in autocommit without costing a round trip: psycopg
+    # sets autocommit on the client side, while PyMySQL sends a SET for it.
+    autocommit_reads: bool = False
 
 
 @dataclass(frozen=True)
@@ -73,6 +97,84 @@ class ClaimRequest:
                 "rq_ttl": self.ttl}
 
 
+class ClaimReceipt(NamedTuple):
+    """A claim whose rows may be read after its transaction commits: ``claimed`` jobs,
+    ``read()`` returns them."""
+
+    claimed: int
+    read: Callable[[], list[ClaimedJob]]
+
+
+class MarkedDone(NamedTuple):
+    """What :meth:`Dialect.mark_done` did: ``marked`` rows and, when that is the whole
+    batch, the batch's dependents (dependent id -> edges from the batch)."""
+
+    marked: int
+    dependents: Counter[int] | None
+
+
+# (group, vfinish, served_seq) per group a claim served, the groups that already have a
+# row, and the gate's new clock and sequence: what record_progress stores.
+class Progress(NamedTuple):
+    rows: Sequence[tuple[str, float, int]]
+    known: set[str]
+    vclock: float
+    seq: int
+
+
+class ReadyNotifier(Protocol):
+    """Wakes listening workers when the transaction that made jobs ready commits."""
+
+    column: sa.ColumnElement[Any]
+    """The wake-up as a column an INSERT can return, so that it costs no round trip."""
+
+    def send(self, conn: Connection) -> None:
+        """Send the wake-up from ``conn``'s transaction."""
+
+
+class Listener(Protocol):
+    """A connection that listens for wake-ups and calls back on each."""
+
+    def stop(self, timeout: float = 2.0) -> None:
+        """Stop listening and close the connection."""
+
+
+@runtime_checkable
+class Notifies(Protocol):
+    """Optional: the database delivers notifications at commit (PostgreSQL's
+    LISTEN/NOTIFY). ``capabilities.listen_notify`` is True exactly for dialects that
+    implement this."""
+
+    def ready_notifier(self, prefix: str) -> ReadyNotifier:
+        """The notifier for the tables of ``prefix``."""
+
+    def listen_channel(self, conn: Connection, prefix: str) -> str:
+        """The name of ``prefix``'s channel, as the store's connection ``conn`` sees it."""
+
+    def start_listener(
+        self, url: sa.URL, channel: str, on_wake: Callable[[], None]
+    ) -> Listener:
+        """Listen on ``channel`` from a connection of its own to ``url``, calling
+        ``on_wake`` for each batch of notifications and after each reconnection."""
+
+
+@runtime_checkable
+class RecordsProgressInClaim(Protocol):
+    """Optional: the claim statement also stores the fair-share progress that its plan
+    expects, one round trip fewer while the gate row is held (PostgreSQL)."""
+
+    def claim_jobs_recording(
+        self,
+        conn: Connection,
+        t: Tables,
+        requests: Sequence[ClaimRequest],
+        now: sa.ColumnElement[float],
+        progress: Progress,
+    ) -> ClaimReceipt:
+        """Claim as :meth:`Dialect.claim_jobs` and store ``progress`` in the same
+        statement; the rows may be read after the commit."""
+
+
 # Bound parameters of a claim statement; ClaimRequest.params() gives their values.
 OWNER = sa.bindparam("rq_owner", type_=sa.String)
 GROUP = sa.bindparam("rq_group", type_=sa.String)
@@ -81,6 +183,8 @@ TTL = sa.bindparam("rq_ttl", type_=sa.Double)
 # Statements whose list of group keys is bound one parameter per key are built once per
 # length of the list, up to this many keys (a few statements, not one per group count).
 PER_GROUP_PARAMS = 16
+# Groups whose runnable counts one portable statement reads.
+COUNTS_PER_STATEMENT = 100
 
 
 class Dialect(ABC):
@@ -88,6 +192,7 @@ class Dialect(ABC):
 
     name: ClassVar[str] = "base"
     capabilities: ClassVar[Capabilities]
+    table_traits: ClassVar[TableTraits] = TableTraits()
     # SQLSTATEs / error codes that mean "roll back and try the whole unit again".
     retryable_codes: ClassVar[frozenset[object]] = frozenset()
     missing_table_codes: ClassVar[frozenset[object]] = frozenset()
@@ -98,6 +203,51 @@ class Dialect(ABC):
     def __init__(self, server_version: tuple[int, ...] = ()) -> None:
         self.server_version = server_version
         self._statements: dict[Any, Any] = {}
+
+    @property
+    def database(self) -> str:
+        """The database this dialect talks to: ``sqlite``, ``postgresql``, ``mysql`` or
+        ``mariadb``."""
+        return self.name
+
+    # -- engine -------------------------------------------------------------------------
+
+    @classmethod
+    def engine_options(cls) -> dict[str, Any]:
+        """Keyword arguments for ``create_engine`` when readyq builds the engine."""
+        # No pre-ping: it costs a round trip per transaction. A dead connection is
+        # detected when used; the store invalidates the pool and retries the unit.
+        return {}
+
+    @classmethod
+    def session_statements(cls, sa_dialect: Any, seconds: float) -> list[str]:
+        """The statements that bound how long one new connection may sit idle inside a
+        transaction (and wait for a lock), for engines readyq creates: see
+        :mod:`readyq.engines`. None by default."""
+        return []
+
+    @classmethod
+    def database_file(cls, url: sa.URL) -> str | None:
+        """The file that holds the database at ``url``, for a database that lives in one
+        file; None otherwise (a server, or a database in memory)."""
+        return None
+
+    def prepare_engine(self, engine: Engine, *, owned: bool) -> Engine:
+        """Adapt an engine; ``owned`` is False for an engine the user passed in.
+
+        Returns the engine readyq should use.
+        """
+        return engine
+
+    def prepare_connection(self, dbapi_connection: Any) -> None:  # noqa: B027
+        """Set up a driver connection opened before :meth:`prepare_engine` (the one the
+        dialect was detected on) as the prepared engine sets up every new one; most
+        databases need nothing."""
+
+    def check_server(self) -> None:  # noqa: B027 - most servers need no check
+        """Raise UnsupportedDatabase if the server cannot run readyq safely."""
+
+    # -- statements ---------------------------------------------------------------------
 
     def cached(self, key: Any, build: Callable[[], S]) -> S:
         """The statement stored under ``key``, built by ``build`` the first time.
@@ -117,228 +267,257 @@ class Dialect(ABC):
         stmt: sa.Executable,
         params: Mapping[str, Any] | Sequence[Mapping[str, Any]] | None = None,
     ) -> Any:
-        """Run one of the loop's statements: ``conn.execute``, unless the dialect has a
+        """Run one of readyq's statements: ``conn.execute``, unless the dialect has a
         cheaper way with the same effect (see ``SQLiteDialect.execute``). The result
         offers ``all``, ``first``, ``scalar``, ``scalars``, iteration and ``rowcount``."""
         return conn.execute(stmt) if params is None else conn.execute(stmt, params)
 
-    # -- engine -------------------------------------------------------------------------
-
-    @classmethod
-    def engine_options(cls) -> dict[str, Any]:
-        """Keyword arguments for ``create_engine`` when readyq builds the engine."""
-        # No pre-ping: it costs a round trip per transaction. A dead connection is
-        # detected when used; the store invalidates the pool and retries the unit.
-        return {}
-
-    def prepare_engine(self, engine: Engine, *, owned: bool) -> Engine:
-        """Adapt an engine; ``owned`` is False for an engine the user passed in.
-
-        Returns the engine readyq should use.
-        """
-        return engine
-
-    def check_server(self) -> None:  # noqa: B027 - most servers need no check
-        """Raise UnsupportedDatabase if the server cannot run readyq safely."""
-
-    # -- transactions and locks ---------------------------------------------------------
+    # -- transactions and time ----------------------------------------------------------
 
     def begin_write(self, conn: Connection) -> None:  # noqa: B027 - autobegin suffices
         """Start a write transaction on ``conn`` (SQLAlchemy autobegins by default)."""
-
-    # Whether a read of one statement may run in autocommit (``Store.read``). Only where
-    # switching costs no round trip: psycopg sets autocommit on the client side, PyMySQL
-    # sends a SET for it, and SQLite's reads are in-process anyway.
-    autocommit_reads: ClassVar[bool] = False
 
     def pin_index_order(self, conn: Connection) -> None:  # noqa: B027 - most need nothing
         """Keep the rest of ``conn``'s transaction reading the ready index in its order.
 
         The claim, the runnable counts and the runnable probe take the first rows of an
-        index range in index order and stop. A planner that believes the range is
-        nearly empty may instead collect the whole range and sort it, so that every
-        claim reads the whole backlog: see :meth:`PostgresDialect.pin_index_order`.
+        index range in index order and stop; a planner that misjudges the range's size
+        might read it whole instead (see :meth:`PostgresDialect.pin_index_order`).
         """
 
-    def types_in(
-        self, column: sa.ColumnElement[str], types: Sequence[str]
-    ) -> sa.ColumnElement[bool]:
-        """``column IN (...)`` for a probe of the ready jobs by type
-        (:meth:`first_ready_type`)."""
-        return values_in(column, types)
+    @abstractmethod
+    def now(self) -> sa.ColumnElement[float]:
+        """The database server's clock, in seconds since the Unix epoch."""
 
-    def first_ready_type(
-        self, t: Tables, types: Sequence[str], *conds: sa.ColumnElement[bool]
-    ) -> sa.ScalarSelect[Any]:
-        """One of ``types`` that has a ready job meeting ``conds``, or NULL: one probe of
-        the index of ready jobs by type (:func:`readyq.sql.ready.first_ready_type`)."""
-        return first_ready_type(t, types, *conds, member=self.types_in)
+    # -- enqueue ------------------------------------------------------------------------
 
-    def by_type(
-        self, stmt: sa.Select[Any], t: Tables, types: Sequence[str] | None
-    ) -> sa.Select[Any]:
-        """``stmt``, a read of ready jobs of ``types``, held to the index of ready jobs by
-        type where the database needs telling (MySQL's ``FORCE INDEX``, for a worker of
-        one type or of a few)."""
-        return stmt
-
-    def lock_rows(self, stmt: sa.Select[Any]) -> sa.Select[Any]:
-        """Exclusive row locks held to commit (no-op where the database has none)."""
-        return stmt.with_for_update()
-
-    def lock_rows_skip_locked(self, stmt: sa.Select[Any]) -> sa.Select[Any]:
-        """Exclusive row locks, skipping rows another transaction holds."""
-        return stmt.with_for_update(skip_locked=True)
-
-    def insert_jobs(
+    def insert_job_rows(
         self,
         conn: Connection,
         t: Tables,
         rows: list[tuple[Any, ...]],
         now: sa.ColumnElement[float],
-    ) -> list[int] | None:
-        """Insert new job rows (values in the order of ``schema.ROW_KEYS``) in a way of
-        this database's own, returning their ids in order; None means: use the portable
-        multi-row insert."""
-        return None
+    ) -> list[int]:
+        """Insert new job rows (values in the order of ``schema.ROW_KEYS``) and return
+        their ids in order: one multi-row ``INSERT ... RETURNING`` where the driver
+        returns ids in parameter order, else one INSERT per row."""
+        params = [dict(zip(ROW_KEYS, row, strict=True)) for row in rows]
+        j = t.jobs
+        stmt = sa.insert(j).values(
+            {
+                **{c: sa.bindparam(c) for c in BULK_COLUMNS},
+                **BULK_CONSTANTS,
+                # Explicit casts: PostgreSQL cannot infer the type of a bare parameter.
+                "run_after": sa.func.coalesce(
+                    sa.cast(sa.bindparam("run_after_at"), sa.Double),
+                    now + sa.cast(sa.bindparam("run_after_delay"), sa.Double),
+                ),
+                "created_at": now,
+                "updated_at": now,
+                # 0 for jobs born terminal, NULL otherwise.
+                "finished_at": now + sa.cast(sa.bindparam("finished_offset"), sa.Double),
+            }
+        )
+        if conn.dialect.insert_executemany_returning_sort_by_parameter_order:
+            result = conn.execute(stmt.returning(j.c.id, sort_by_parameter_order=True), params)
+            return [int(r[0]) for r in result]
+        return [inserted_id(conn.execute(stmt, row)) for row in params]
 
     def insert_edges(self, conn: Connection, t: Tables, edges: list[dict[str, int]]) -> None:
         """Insert dependency edges (``job_id``, ``depends_on_id``)."""
         conn.execute(sa.insert(t.deps), edges)
 
+    # -- the dependency graph -----------------------------------------------------------
+
+    def dependents_of(self, conn: Connection, t: Tables, ids: Sequence[int]) -> Counter[int]:
+        """The dependents of ``ids``: dependent id -> edges from ``ids``."""
+        d = t.deps
+        stmt = self.cached(
+            ("dependents", d.name),
+            lambda: sa.select(d.c.job_id).where(self._ids_in(d.c.depends_on_id, "ids")),
+        )
+        return Counter(self.execute(conn, stmt, {"ids": list(ids)}).scalars())
+
+    def release_dependents(
+        self,
+        conn: Connection,
+        t: Tables,
+        by_count: Mapping[int, Sequence[int]],
+        now: sa.ColumnElement[float],
+        notifier: ReadyNotifier | None,
+    ) -> None:
+        """Dependents listed under ``n`` count ``n`` fewer unfinished upstream jobs; a
+        waiting one whose count reaches zero becomes ready. ``notifier`` (if any) is told
+        first, as some may become ready."""
+        if not by_count:
+            return
+        if notifier is not None:
+            notifier.send(conn)
+        release = self.cached(
+            ("release", t.jobs.name),
+            partial(job_sql.release_dependents, t, now, partial(self._ids_in, name="r_ids")),
+        )
+        for n, ids in sorted(by_count.items()):
+            self.execute(conn, release, {"r_ids": sorted(ids), "r_n": n})
+
+    # -- reads of the ready set ---------------------------------------------------------
+
+    def any_runnable(
+        self,
+        conn: Connection,
+        t: Tables,
+        now: sa.ColumnElement[float],
+        types: Sequence[str] | None,
+    ) -> bool:
+        """Whether any job of ``types`` is runnable now. One statement when ``types`` is
+        given; for every type, :meth:`pin_index_order` runs first."""
+        j = t.jobs
+
+        def build() -> sa.Select[Any]:
+            if types is None:
+                # In the ready index's order, so that no plan reads the table instead.
+                return (
+                    sa.select(j.c.id)
+                    .where(runnable(t, now, types=None))
+                    .order_by(j.c.group_key, j.c.priority.desc(), j.c.id)
+                    .limit(1)
+                )
+            # Through the index that holds the ready jobs by type: a min(), which needs
+            # no pinned order.
+            first = self._first_ready_type(
+                t, types, sa.or_(j.c.run_after.is_(None), j.c.run_after <= now)
+            )
+            return sa.select(sa.literal(1)).where(first.is_not(None))
+
+        stmt = self.cached(
+            ("any_runnable", j.name, None if types is None else tuple(types)), build
+        )
+        if types is None:
+            self.pin_index_order(conn)
+        return self.execute(conn, stmt).first() is not None
+
+    def any_unfinished(self, conn: Connection, t: Tables, types: Sequence[str] | None) -> bool:
+        """Whether any job (of ``types``) that is not a container has not ended: one
+        probe per index that holds unfinished jobs (ready, in flight, waiting), so that
+        finished jobs are never read."""
+        j = t.jobs
+
+        def build() -> sa.Select[Any]:
+            of_types = [] if types is None else [values_in(j.c.type, types)]
+            if types is None:
+                ready: sa.ColumnElement[bool] = sa.exists(
+                    sa.select(j.c.id).where(state_in(t, "ready"))
+                )
+            else:
+                ready = self._first_ready_type(t, types).is_not(None)
+            return sa.select(
+                sa.or_(
+                    ready,
+                    sa.exists(sa.select(j.c.id).where(state_in(t, *IN_FLIGHT_STATES), *of_types)),
+                    sa.exists(sa.select(j.c.id).where(waiting_of_types(t, types))),
+                )
+            )
+
+        stmt = self.cached(
+            ("any_unfinished", j.name, None if types is None else tuple(types)), build
+        )
+        return bool(self.execute(conn, stmt).scalar())
+
     def ready_groups(
         self, conn: Connection, t: Tables, types: Sequence[str] | None = None
     ) -> list[str]:
-        """The distinct groups that have ready rows (of the one type of ``types``, for a
-        worker of one type), by a skip scan of a ready index.
-
-        A recursive query steps from one group to the next, each step one index probe,
-        so the cost follows the number of groups rather than the number of ready jobs.
-        """
+        """The distinct groups that have ready rows (of ``types``), by a skip scan of a
+        ready index: a recursive query steps from one group to the next, each step one
+        index probe, so the cost follows the number of groups, not of ready jobs."""
         stmt = self.cached(
             ("ready_groups", t.jobs.name, by_type_key(types)),
             lambda: ready_group_keys(t, types),
         )
         return list(self.execute(conn, stmt).scalars())
 
-    @abstractmethod
-    def done_update(
-        self,
-        t: Tables,
-        owner: str,
-        rows: Sequence[tuple[int, int, str | None]],
-        now: sa.ColumnElement[float],
-    ) -> tuple[sa.Update, dict[str, Any]]:
-        """Mark (id, token, result) rows done in one UPDATE, each fenced by its own lease
-        (and ``state = 'running'``), setting :func:`done_values`.
-
-        Returns the statement and its parameters: a statement whose text does not depend
-        on the batch (the batch travels as one parameter), built once.
-        """
-
-    def mark_done(
-        self,
-        conn: Connection,
-        t: Tables,
-        owner: str,
-        rows: Sequence[tuple[int, int, str | None]],
-        now: sa.ColumnElement[float],
-    ) -> tuple[int, Counter[int] | None]:
-        """Run :meth:`done_update`; return the rows marked and, where the database can
-        read them in the same statement, the batch's dependents (id -> edges from the
-        batch), else None."""
-        stmt, params = self.done_update(t, owner, rows, now)
-        return self.execute(conn, stmt, params).rowcount, None
-
-    # -- lists of ids -------------------------------------------------------------------
-
-    def ids_match(
-        self, column: sa.ColumnElement[Any], ids: Sequence[int]
-    ) -> sa.ColumnElement[bool]:
-        """``column IN (ids)``."""
-        return column.in_(list(ids))
-
-    def ids_in(self, column: sa.ColumnElement[Any], name: str) -> sa.ColumnElement[bool]:
-        """``column IN (:name)`` for a statement built once: the list is bound at
-        execution (``{name: ids}``)."""
-        return column.in_(sa.bindparam(name, expanding=True))
-
-    def pairs_match(
-        self,
-        id_column: sa.ColumnElement[Any],
-        token_column: sa.ColumnElement[Any],
-        pairs: Sequence[tuple[int, int]],
-    ) -> sa.ColumnElement[bool]:
-        """``(id, token) IN (pairs)``: each row fenced by its own lease token."""
-        return sa.tuple_(id_column, token_column).in_(list(pairs))
-
-    # -- time ---------------------------------------------------------------------------
-
-    @abstractmethod
-    def now(self) -> sa.ColumnElement[float]:
-        """The database server's clock, in seconds since the Unix epoch."""
-
-    # -- claim --------------------------------------------------------------------------
-
-    @abstractmethod
-    def claim(
-        self, conn: Connection, t: Tables, req: ClaimRequest, now: sa.ColumnElement[float]
-    ) -> list[ClaimedJob]:
-        """Lease up to ``req.limit`` runnable jobs of one group inside the open transaction."""
-
-    def claim_groups(
-        self,
-        conn: Connection,
-        t: Tables,
-        requests: Sequence[ClaimRequest],
-        now: sa.ColumnElement[float],
-    ) -> list[ClaimedJob]:
-        """Claim for several groups in the open transaction (one claim per group here)."""
-        claimed: list[ClaimedJob] = []
-        for req in requests:
-            claimed.extend(self.claim(conn, t, req, now))
-        return claimed
-
-    def claim_groups_recording(
-        self,
-        conn: Connection,
-        t: Tables,
-        requests: Sequence[ClaimRequest],
-        now: sa.ColumnElement[float],
-        progress: tuple[Sequence[tuple[str, float, int]], float, int],
-    ) -> tuple[int, Callable[[], list[ClaimedJob]]] | None:
-        """Claim as :meth:`claim_groups` and, in the same statement, store ``progress``
-        (rows, vclock, seq, as :meth:`record_progress` takes them): the fair-share
-        progress the plan expects if every planned job is claimed. None when the
-        database cannot: the caller then records the progress itself.
-
-        Returns the number of jobs claimed and a function that reads them: the rows
-        need not be read before the commit that releases the gate row."""
-        return None
-
-    def ready_counts(
+    def runnable_counts(
         self,
         conn: Connection,
         t: Tables,
         now: sa.ColumnElement[float],
         types: Sequence[str] | None,
         cap: int,
-    ) -> dict[str, tuple[int, int]] | None:
-        """Runnable (count up to ``cap``, largest weight) per group, read in one statement
-        before the gate row is locked, where the database allows it. These counts only
-        shape the plan (a claim skips rows taken since); the cap is decided from the
-        in-flight counts, read after the lock (:meth:`flight_and_history`).
+        *,
+        with_history: bool = False,
+    ) -> tuple[dict[str, tuple[int, int]], dict[str, tuple[float, int]]]:
+        """group -> (runnable jobs of ``types`` counted up to ``cap``, their largest
+        weight), for the groups :meth:`ready_groups` finds; with ``with_history``, also
+        the fair-share history (vfinish, served_seq) of those groups, read in the same
+        statements. Counting only up to the cap makes the cost follow the number of
+        groups, not the backlog."""
+        return self._counts_of_groups(
+            conn, t, self.ready_groups(conn, t, types), now, types, cap, with_history
+        )
 
-        None means: read everything after the lock with the portable statements.
-        """
-        return None
+    def _counts_of_groups(
+        self,
+        conn: Connection,
+        t: Tables,
+        groups: Sequence[str],
+        now: sa.ColumnElement[float],
+        types: Sequence[str] | None,
+        cap: int,
+        with_history: bool,
+    ) -> tuple[dict[str, tuple[int, int]], dict[str, tuple[float, int]]]:
+        j, g = t.jobs, t.groups
+        shape = None if types is None else tuple(types)
 
-    def in_flight_counts(self, t: Tables) -> sa.Select[Any]:
-        """(group_key, n, w) of the jobs in flight: a range of the in-flight index,
-        bounded by the cap."""
-        return in_flight_by_group(t, *IN_FLIGHT_STATES)
+        def build(n: int) -> sa.Executable:
+            parts = []
+            for i in range(n):
+                key = sa.bindparam(f"g{i}", type_=j.c.group_key.type)
+                cap_param = sa.bindparam("cap", type_=sa.Integer)
+                head = self._by_type(runnable_head(t, now, key, types, cap_param), t, types)
+                counted = head.subquery()
+                columns: list[Any] = [
+                    sa.literal(i).label("i"),
+                    sa.func.count().label("n"),
+                    sa.func.max(counted.c.weight).label("w"),
+                ]
+                if with_history:
+                    columns += [
+                        sa.select(g.c.vfinish)
+                        .where(g.c.group_key == key)
+                        .scalar_subquery()
+                        .label("vfinish"),
+                        sa.select(g.c.served_seq)
+                        .where(g.c.group_key == key)
+                        .scalar_subquery()
+                        .label("served_seq"),
+                    ]
+                parts.append(sa.select(*columns).select_from(counted))
+            return parts[0] if n == 1 else sa.union_all(*parts)
 
-    def flight_and_history(
+        out: dict[str, tuple[int, int]] = {}
+        history: dict[str, tuple[float, int]] = {}
+        for start in range(0, len(groups), COUNTS_PER_STATEMENT):
+            chunk = groups[start : start + COUNTS_PER_STATEMENT]
+            n = len(chunk)
+            stmt = self.cached(
+                ("runnable_counts", j.name, shape, n, with_history), partial(build, n)
+            )
+            params: dict[str, Any] = {f"g{i}": key for i, key in enumerate(chunk)}
+            params["cap"] = cap
+            for r in self.execute(conn, stmt, params):
+                key = chunk[int(r.i)]
+                if int(r.n):
+                    out[key] = (int(r.n), int(r.w))
+                if with_history and r.vfinish is not None:
+                    history[key] = (float(r.vfinish), int(r.served_seq))
+        return out, history
+
+    def in_flight(self, conn: Connection, t: Tables) -> dict[str, tuple[int, int]]:
+        """group -> (jobs in flight, their largest weight): a range of the in-flight
+        index, bounded by the cap."""
+        stmt = self.cached(("in_flight", t.jobs.name), partial(self._in_flight_counts, t))
+        return {r.group_key: (int(r.n), int(r.w)) for r in self.execute(conn, stmt)}
+
+    def in_flight_and_history(
         self, conn: Connection, t: Tables, groups: Sequence[str]
     ) -> tuple[dict[str, tuple[int, int]], dict[str, tuple[float, int]]]:
         """In-flight (count, largest weight) per group and the fair-share history
@@ -352,7 +531,7 @@ class Dialect(ABC):
 
         def build() -> sa.CompoundSelect[Any]:
             g = t.groups
-            counted = self.in_flight_counts(t).subquery("in_flight")
+            counted = self._in_flight_counts(t).subquery("in_flight")
             flight = sa.select(
                 sa.literal(0).label("history"), counted.c.group_key,
                 counted.c.n, counted.c.w,
@@ -370,7 +549,7 @@ class Dialect(ABC):
 
         flight: dict[str, tuple[int, int]] = {}
         history: dict[str, tuple[float, int]] = {}
-        stmt = self.cached(("flight_and_history", t.jobs.name, n), build)
+        stmt = self.cached(("in_flight_and_history", t.jobs.name, n), build)
         params: dict[str, Any] = (
             {"keys": list(groups)} if n is None else {f"k{i}": k for i, k in enumerate(groups)}
         )
@@ -381,21 +560,34 @@ class Dialect(ABC):
                 flight[r[1]] = (int(r[2]), int(r[3]))
         return flight, history
 
-    def record_progress(
+    # -- the claim ----------------------------------------------------------------------
+
+    @abstractmethod
+    def claim_jobs(
         self,
         conn: Connection,
         t: Tables,
-        rows: Sequence[tuple[str, float, int]],
-        known: set[str],
-        vclock: float,
-        seq: int,
-    ) -> None:
+        requests: Sequence[ClaimRequest],
+        now: sa.ColumnElement[float],
+    ) -> list[ClaimedJob]:
+        """Lease up to each request's limit of its group's runnable jobs, inside the open
+        transaction; the requests share their owner, lease length, types and start
+        policies."""
+
+    def record_progress(self, conn: Connection, t: Tables, progress: Progress) -> None:
         """Store the fair-share progress of a claim: (group, vfinish, served_seq) per
-        group served (``known`` groups have a row already) and the gate's clock."""
+        group served (``progress.known`` groups have a row already) and the gate's
+        clock."""
         g = t.groups
-        updates = [{"key": k, "vfinish": v, "served_seq": s} for k, v, s in rows if k in known]
+        updates = [
+            {"key": k, "vfinish": v, "served_seq": s}
+            for k, v, s in progress.rows
+            if k in progress.known
+        ]
         inserts = [
-            {"group_key": k, "vfinish": v, "served_seq": s} for k, v, s in rows if k not in known
+            {"group_key": k, "vfinish": v, "served_seq": s}
+            for k, v, s in progress.rows
+            if k not in progress.known
         ]
         if updates:
             self.execute(
@@ -412,6 +604,9 @@ class Dialect(ABC):
             )
         if inserts:
             conn.execute(sa.insert(g), inserts)
+        self._store_gate_clock(conn, t, progress)
+
+    def _store_gate_clock(self, conn: Connection, t: Tables, progress: Progress) -> None:
         self.execute(
             conn,
             self.cached(
@@ -420,8 +615,94 @@ class Dialect(ABC):
                 .where(t.gate.c.id == GATE_ID)
                 .values(vclock=sa.bindparam("vclock"), seq=sa.bindparam("seq")),
             ),
-            {"vclock": vclock, "seq": seq},
+            {"vclock": progress.vclock, "seq": progress.seq},
         )
+
+    # -- leases -------------------------------------------------------------------------
+
+    def start_leased(
+        self,
+        conn: Connection,
+        t: Tables,
+        owner: str,
+        leases: Sequence[tuple[int, int]],
+        now: sa.ColumnElement[float],
+        *,
+        timeout: float | None,
+        retry_on_timeout: bool,
+    ) -> int:
+        """Move leased jobs (id, token) still held by ``owner`` to running, with a
+        deadline ``timeout`` seconds on; return the rows moved."""
+        stmt = lease_sql.fenced_start(
+            t, now, self._fence(t, owner, leases), timeout=timeout,
+            retry_on_timeout=retry_on_timeout,
+        )
+        return int(conn.execute(stmt).rowcount)
+
+    def extend_leases(
+        self,
+        conn: Connection,
+        t: Tables,
+        owner: str,
+        leases: Sequence[tuple[int, int]],
+        ttl: float,
+        now: sa.ColumnElement[float],
+    ) -> None:
+        """Extend by ``ttl`` the leases (id, token) ``owner`` still holds, in flight."""
+        conn.execute(lease_sql.fenced_heartbeat(t, now, self._fence(t, owner, leases), ttl))
+
+    def hand_back(
+        self,
+        conn: Connection,
+        t: Tables,
+        owner: str,
+        leases: Sequence[tuple[int, int]],
+        now: sa.ColumnElement[float],
+    ) -> int:
+        """Put back, uncharged, jobs (id, token) leased by ``owner`` whose cancellation
+        nobody asked for; return the rows put back."""
+        stmt = lease_sql.fenced_hand_back(t, now, self._fence(t, owner, leases))
+        return int(conn.execute(stmt).rowcount)
+
+    def lease_rows(self, conn: Connection, t: Tables, ids: Sequence[int]) -> list[Any]:
+        """(id, state, lease_token, lease_owner, cancel_requested) of the jobs ``ids``."""
+        j = t.jobs
+        return list(
+            conn.execute(
+                sa.select(
+                    j.c.id, j.c.state, j.c.lease_token, j.c.lease_owner, j.c.cancel_requested
+                ).where(self._ids_match(j.c.id, ids))
+            ).all()
+        )
+
+    def mark_done(
+        self,
+        conn: Connection,
+        t: Tables,
+        owner: str,
+        rows: Sequence[tuple[int, int, str | None]],
+        now: sa.ColumnElement[float],
+    ) -> MarkedDone:
+        """Mark (id, token, result) rows done in one UPDATE, each fenced by its own lease
+        (and ``state = 'running'``); when every row was marked, read the batch's
+        dependents too."""
+        stmt, params = self._done_update(t, owner, rows, now)
+        count = int(self.execute(conn, stmt, params).rowcount)
+        if count != len(rows):
+            return MarkedDone(count, None)
+        return MarkedDone(count, self.dependents_of(conn, t, [r[0] for r in rows]))
+
+    @abstractmethod
+    def _done_update(
+        self,
+        t: Tables,
+        owner: str,
+        rows: Sequence[tuple[int, int, str | None]],
+        now: sa.ColumnElement[float],
+    ) -> tuple[sa.Update, dict[str, Any]]:
+        """The UPDATE that marks (id, token, result) rows done, setting
+        :func:`done_values`, built once (the batch travels as one parameter), and its
+        parameters."""
 
     # -- errors -------------------------------------------------------------------------
 
@@ -445,6 +726,59 @@ class Dialect(ABC):
         itself (an unknown column or function, a syntax error), so its schema is not the
         one this readyq writes for. A worker stops on it instead of waiting it out."""
         return self.error_code(exc) in self.permanent_codes
+
+    # -- forms of the statements above, overridden where a database has better ones ----
+
+    def _ids_match(
+        self, column: sa.ColumnElement[Any], ids: Sequence[int]
+    ) -> sa.ColumnElement[bool]:
+        """``column IN (ids)``."""
+        return column.in_(list(ids))
+
+    def _ids_in(self, column: sa.ColumnElement[Any], name: str) -> sa.ColumnElement[bool]:
+        """``column IN (:name)`` for a statement built once: the list is bound at
+        execution (``{name: ids}``)."""
+        return column.in_(sa.bindparam(name, expanding=True))
+
+    def _pairs_match(
+        self,
+        id_column: sa.ColumnElement[Any],
+        token_column: sa.ColumnElement[Any],
+        pairs: Sequence[tuple[int, int]],
+    ) -> sa.ColumnElement[bool]:
+        """``(id, token) IN (pairs)``: each row fenced by its own lease token."""
+        return sa.tuple_(id_column, token_column).in_(list(pairs))
+
+    def _fence(
+        self, t: Tables, owner: str, leases: Sequence[tuple[int, int]]
+    ) -> sa.ColumnElement[bool]:
+        j = t.jobs
+        return sa.and_(
+            self._pairs_match(j.c.id, j.c.lease_token, leases), j.c.lease_owner == owner
+        )
+
+    def _first_ready_type(
+        self, t: Tables, types: Sequence[str], *conds: sa.ColumnElement[bool]
+    ) -> sa.ScalarSelect[Any]:
+        """One of ``types`` that has a ready job meeting ``conds``, or NULL: one probe of
+        the index of ready jobs by type (:func:`readyq.sql.ready.first_ready_type`)."""
+        return first_ready_type(t, types, *conds)
+
+    def _by_type(
+        self, stmt: sa.Select[Any], t: Tables, types: Sequence[str] | None
+    ) -> sa.Select[Any]:
+        """``stmt``, a read of ready jobs of ``types``, as this database reads them
+        through the index of ready jobs by type."""
+        return stmt
+
+    def _in_flight_counts(self, t: Tables) -> sa.Select[Any]:
+        """(group_key, n, w) of the jobs in flight."""
+        return in_flight_by_group(t, *IN_FLIGHT_STATES)
+
+
+def inserted_id(result: Any) -> int:
+    """The id of the row an INSERT of one row made."""
+    return int(result.inserted_primary_key[0])
 
 
 def driver_error(exc: BaseException) -> BaseException | None:
@@ -586,3 +920,4 @@ def lease_values(t: Tables, req: ClaimRequest, now: sa.ColumnElement[float]) -> 
             else sa.true(),
         )
     return values
+

@@ -22,6 +22,7 @@ Deviations and limits:
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Sequence
 from typing import Any, ClassVar
 
@@ -37,6 +38,7 @@ from readyq.dialects.base import (
     Capabilities,
     ClaimRequest,
     Dialect,
+    Progress,
     claim_columns,
     claimed_from_row,
     done_values,
@@ -47,7 +49,7 @@ from readyq.dialects.base import (
 )
 from readyq.errors import UnsupportedDatabase
 from readyq.model import ClaimedJob
-from readyq.schema import GATE_ID, Tables, in_flight_index_name, ready_type_index_name
+from readyq.schema import Tables, TableTraits, in_flight_index_name, ready_type_index_name
 from readyq.sql.ready import (
     by_type_key,
     claim_order,
@@ -62,7 +64,7 @@ from readyq.sql.ready import (
 
 MYSQL_MIN = (8, 0, 1)
 # Up to this many groups, a claim reads the groups and their counts in one statement
-# (MySQLDialect.ready_counts); beyond, step by step.
+# (MySQLDialect._known_group_counts); beyond, step by step.
 KNOWN_GROUPS_MAX = 32
 MARIADB_MIN = (10, 6)
 
@@ -192,6 +194,7 @@ class MySQLDialect(Dialect):
     capabilities: ClassVar[Capabilities] = Capabilities(
         skip_locked=True, returning=False, partial_index=False, listen_notify=False, row_locks=True
     )
+    table_traits: ClassVar[TableTraits] = TableTraits(partial_indexes=False)
     # 1213 deadlock, 1205 lock wait timeout, 1020 record changed (MariaDB 11.6+ snapshot
     # isolation), 2006/2013 server gone / lost connection, 1927 connection killed,
     # 1053 server shutdown.
@@ -209,12 +212,28 @@ class MySQLDialect(Dialect):
         self._known_groups: dict[tuple[str, tuple[str, ...] | None], tuple[str, ...]] = {}
 
     @property
-    def flavour(self) -> str:
+    def database(self) -> str:
         return "mariadb" if self.is_mariadb else "mysql"
 
     @classmethod
     def engine_options(cls) -> dict[str, Any]:
         return {"isolation_level": "READ COMMITTED"}
+
+    @classmethod
+    def session_statements(cls, sa_dialect: Any, seconds: float) -> list[str]:
+        """``innodb_lock_wait_timeout`` lowered to ``seconds`` (never above the server's),
+        so that a lock wait fails and is retried rather than hanging; on MariaDB (10.3+)
+        also ``idle_transaction_timeout``, which ends a session idle inside a
+        transaction. MySQL 8 has no such timeout: a frozen claim holds the gate until
+        its process resumes or its connection dies."""
+        whole = max(1, math.ceil(seconds))
+        statements = [
+            "SET SESSION innodb_lock_wait_timeout = "
+            f"LEAST(@@GLOBAL.innodb_lock_wait_timeout, {whole})"
+        ]
+        if getattr(sa_dialect, "is_mariadb", False):
+            statements.append(f"SET SESSION idle_transaction_timeout = {whole}")
+        return statements
 
     def prepare_engine(self, engine: sa.Engine, *, owned: bool) -> sa.Engine:
         # readyq's own engine is created at READ COMMITTED. A user's engine keeps its
@@ -239,7 +258,7 @@ class MySQLDialect(Dialect):
         Inside a recursive CTE MariaDB probes the index by ``state`` alone and filters
         ``group_key > k`` row by row; a plain query uses the (state, group_key) range
         (or, for a worker of one type, the (ready_type, group_key) range). The groups
-        found are remembered for :meth:`ready_counts`.
+        found are remembered for :meth:`_known_group_counts`.
         """
         j = t.jobs
         only = by_type_key(types)
@@ -261,12 +280,12 @@ class MySQLDialect(Dialect):
                 return keys
             keys.append(key)
 
-    def by_type(
+    def _by_type(
         self, stmt: sa.Select[Any], t: Tables, types: Sequence[str] | None
     ) -> sa.Select[Any]:
         return _by_type(stmt, t, types)
 
-    def in_flight_counts(self, t: Tables) -> sa.Select[Any]:
+    def _in_flight_counts(self, t: Tables) -> sa.Select[Any]:
         """The in-flight count, held to the (state, lease_expires) index.
 
         Left to itself, the optimizer estimates the ``state IN ('leased', 'running')``
@@ -275,9 +294,9 @@ class MySQLDialect(Dialect):
         another index, for the hundred-odd jobs in flight.
         """
         index = in_flight_index_name(t.jobs.name)
-        return super().in_flight_counts(t).with_hint(t.jobs, f"FORCE INDEX ({index})")
+        return super()._in_flight_counts(t).with_hint(t.jobs, f"FORCE INDEX ({index})")
 
-    def first_ready_type(
+    def _first_ready_type(
         self, t: Tables, types: Sequence[str], *conds: sa.ColumnElement[bool]
     ) -> sa.ScalarSelect[Any]:
         """``SELECT ready_type ... FORCE INDEX (<ready by type>) ... LIMIT 1``.
@@ -297,7 +316,25 @@ class MySQLDialect(Dialect):
             .scalar_subquery()
         )
 
-    def ready_counts(
+    def runnable_counts(
+        self,
+        conn: Connection,
+        t: Tables,
+        now: sa.ColumnElement[float],
+        types: Sequence[str] | None,
+        cap: int,
+        *,
+        with_history: bool = False,
+    ) -> tuple[dict[str, tuple[int, int]], dict[str, tuple[float, int]]]:
+        """Without the history, :meth:`_known_group_counts` when it can answer; else the
+        portable statements (whose skip scan, :meth:`ready_groups`, learns the groups)."""
+        if not with_history:
+            counts = self._known_group_counts(conn, t, now, types, cap)
+            if counts is not None:
+                return counts, {}
+        return super().runnable_counts(conn, t, now, types, cap, with_history=with_history)
+
+    def _known_group_counts(
         self,
         conn: Connection,
         t: Tables,
@@ -379,7 +416,20 @@ class MySQLDialect(Dialect):
 
         return self.cached(("claim_select", t.jobs.name, req.shape()), build)
 
-    def claim(
+    def claim_jobs(
+        self,
+        conn: Connection,
+        t: Tables,
+        requests: Sequence[ClaimRequest],
+        now: sa.ColumnElement[float],
+    ) -> list[ClaimedJob]:
+        """No ``UPDATE ... RETURNING``: the rows are selected and locked, then leased by
+        primary key in a second statement (:meth:`_claim_one`, :meth:`_claim_union`)."""
+        if len(requests) == 1:
+            return self._claim_one(conn, t, requests[0], now)
+        return self._claim_union(conn, t, requests, now)
+
+    def _claim_one(
         self, conn: Connection, t: Tables, req: ClaimRequest, now: sa.ColumnElement[float]
     ) -> list[ClaimedJob]:
         rows: Sequence[Any] = conn.execute(self.claim_select(t, req, now), req.params()).all()
@@ -389,7 +439,7 @@ class MySQLDialect(Dialect):
             return []
         return self._lease(conn, t, req, now, rows)
 
-    def claim_groups(
+    def _claim_union(
         self,
         conn: Connection,
         t: Tables,
@@ -399,8 +449,6 @@ class MySQLDialect(Dialect):
         """Every group's locking SELECT in one ``UNION ALL`` of parenthesized
         ``(SELECT ... LIMIT n FOR UPDATE SKIP LOCKED)``, then one UPDATE by primary key
         for all of them: two round trips whatever the number of groups."""
-        if len(requests) == 1:
-            return self.claim(conn, t, requests[0], now)
         first = requests[0]
         n = len(requests)
         merged = merged_types(first.types) is not None
@@ -452,18 +500,11 @@ class MySQLDialect(Dialect):
             )
         return [claimed_from_row(row, before_update=True) for row in rows]
 
-    def record_progress(
-        self,
-        conn: Connection,
-        t: Tables,
-        rows: Sequence[tuple[str, float, int]],
-        known: set[str],
-        vclock: float,
-        seq: int,
-    ) -> None:
+    def record_progress(self, conn: Connection, t: Tables, progress: Progress) -> None:
         """A multi-row ``INSERT ... ON DUPLICATE KEY UPDATE`` per ``PER_GROUP_PARAMS``
         groups (one for a plan of that many groups or fewer), then the gate's UPDATE."""
         g = t.groups
+        rows = progress.rows
         for start in range(0, len(rows), PER_GROUP_PARAMS):
             chunk = rows[start : start + PER_GROUP_PARAMS]
             n = len(chunk)
@@ -502,17 +543,9 @@ class MySQLDialect(Dialect):
                 )
             else:
                 conn.exec_driver_sql(compiled.string, params)
-        conn.execute(
-            self.cached(
-                ("gate_progress", t.gate.name),
-                lambda: sa.update(t.gate)
-                .where(t.gate.c.id == GATE_ID)
-                .values(vclock=sa.bindparam("vclock"), seq=sa.bindparam("seq")),
-            ),
-            {"vclock": vclock, "seq": seq},
-        )
+        self._store_gate_clock(conn, t, progress)
 
-    def done_update(
+    def _done_update(
         self,
         t: Tables,
         owner: str,

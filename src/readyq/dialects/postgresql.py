@@ -15,10 +15,12 @@ from __future__ import annotations
 
 import json
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from functools import partial
 from typing import Any, ClassVar, cast
 
 import sqlalchemy as sa
+from sqlalchemy.dialects import postgresql
 from sqlalchemy.dialects.postgresql import ARRAY, JSONB
 from sqlalchemy.dialects.postgresql.base import PGDialect
 from sqlalchemy.engine import Connection
@@ -27,15 +29,20 @@ from readyq.dialects.base import (
     GROUP,
     LIMIT,
     Capabilities,
+    ClaimReceipt,
     ClaimRequest,
     Dialect,
+    MarkedDone,
+    Progress,
+    ReadyNotifier,
     claim_columns,
     claim_head,
     claimed_from_row,
     done_values,
     lease_values,
 )
-from readyq.errors import UnsupportedDatabase
+from readyq.dialects.postgresql_listener import PgListener, channel_for, conninfo_for
+from readyq.errors import ConfigurationError, UnsupportedDatabase
 from readyq.model import ClaimedJob
 from readyq.schema import (
     BULK_COLUMNS,
@@ -44,9 +51,11 @@ from readyq.schema import (
     INSERT_COLUMNS,
     ROW_KEYS,
     Tables,
+    TableTraits,
 )
+from readyq.sql.jobs import release_dependents
 from readyq.sql.ready import (
-    array_member,
+    first_ready_type,
     merged_types,
     ready_group_keys,
     ready_group_walk,
@@ -56,6 +65,39 @@ from readyq.sql.ready import (
 # Quotes a table's name in the SQL written out as text (as copy_jobs does with the
 # connection's own preparer).
 _PREPARER = cast(Any, PGDialect)().identifier_preparer
+
+
+def array_member(column: sa.ColumnElement[str], values: Sequence[str]) -> sa.ColumnElement[bool]:
+    """``column = ANY(ARRAY[:v1, :v2 ...])``, one bound parameter per value.
+
+    Unlike ``IN`` of one value, which PostgreSQL turns into an equality, the planner
+    treats the array as no constant: the column is not dropped from a sort order, and a
+    generic plan does not take any row of a scan for the answer to a ``min()``."""
+    return column == sa.any_(
+        postgresql.array([sa.bindparam(None, value, type_=column.type) for value in values])
+    )
+
+
+class _Notifier:
+    """``pg_notify`` on a prefix's channel (see :mod:`readyq.dialects.postgresql_listener`)."""
+
+    def __init__(self, prefix: str) -> None:
+        channel = channel_for(prefix)
+        # text(): the channel's name ends with a hash of the schema, evaluated by the
+        # server, so that queues of one prefix in two schemas do not wake each other.
+        self._stmt = sa.text(
+            "SELECT pg_notify(:channel || '_' || left(md5(current_schema()), 8), '')"
+        ).bindparams(channel=channel)
+        self.column: sa.ColumnElement[Any] = sa.func.pg_notify(
+            sa.func.concat(
+                sa.literal(channel, sa.Text), "_",
+                sa.func.left(sa.func.md5(sa.func.current_schema()), 8),
+            ),
+            "",
+        ).label("notified")
+
+    def send(self, conn: Connection) -> None:
+        conn.execute(self._stmt)
 
 
 def _locked_head(
@@ -83,9 +125,10 @@ def _locked_head(
 class PostgresDialect(Dialect):
     name: ClassVar[str] = "postgresql"
     capabilities: ClassVar[Capabilities] = Capabilities(
-        skip_locked=True, returning=True, partial_index=True, listen_notify=True, row_locks=True
+        skip_locked=True, returning=True, partial_index=True, listen_notify=True,
+        row_locks=True, autocommit_reads=True,
     )
-    autocommit_reads: ClassVar[bool] = True
+    table_traits: ClassVar[TableTraits] = TableTraits(type_test=array_member)
     # serialization_failure, deadlock_detected, lock_not_available, admin/crash shutdown,
     # cannot_connect_now (server starting up).
     retryable_codes: ClassVar[frozenset[object]] = frozenset(
@@ -102,6 +145,12 @@ class PostgresDialect(Dialect):
     def engine_options(cls) -> dict[str, Any]:
         return {"isolation_level": "READ COMMITTED"}
 
+    @classmethod
+    def session_statements(cls, sa_dialect: Any, seconds: float) -> list[str]:
+        """``idle_in_transaction_session_timeout``: the server ends a session idle inside
+        a transaction for longer, rolling it back and releasing its locks."""
+        return [f"SET idle_in_transaction_session_timeout = {max(1, round(seconds * 1000))}"]
+
     def check_server(self) -> None:
         if self.server_version and self.server_version < (12,):
             raise UnsupportedDatabase(
@@ -109,18 +158,18 @@ class PostgresDialect(Dialect):
                 + ".".join(map(str, self.server_version))
             )
 
-    def ids_match(
+    def _ids_match(
         self, column: sa.ColumnElement[Any], ids: Sequence[int]
     ) -> sa.ColumnElement[bool]:
         """``column = ANY(:ids)``: one array parameter, so the SQL text does not change with
         the number of ids and the driver can prepare it once."""
         return column == sa.any_(sa.bindparam(None, list(ids), type_=ARRAY(sa.BigInteger)))
 
-    def ids_in(self, column: sa.ColumnElement[Any], name: str) -> sa.ColumnElement[bool]:
+    def _ids_in(self, column: sa.ColumnElement[Any], name: str) -> sa.ColumnElement[bool]:
         """``column = ANY(:name)``, the list bound as one array."""
         return column == sa.any_(sa.bindparam(name, type_=ARRAY(sa.BigInteger)))
 
-    def pairs_match(
+    def _pairs_match(
         self,
         id_column: sa.ColumnElement[Any],
         token_column: sa.ColumnElement[Any],
@@ -138,13 +187,13 @@ class PostgresDialect(Dialect):
         )
         return sa.tuple_(id_column, token_column).in_(sa.select(fence.c.id, fence.c.token))
 
-    def insert_jobs(
+    def insert_job_rows(
         self,
         conn: Connection,
         t: Tables,
         rows: list[tuple[Any, ...]],
         now: sa.ColumnElement[float],
-    ) -> list[int] | None:
+    ) -> list[int]:
         """Take the ids from the table's sequence (with the server's clock), then load
         every row at once: with ``COPY`` on psycopg's synchronous driver, else with one
         ``INSERT ... SELECT FROM jsonb_array_elements(:rows)``. COPY loads 20,000 rows
@@ -152,7 +201,7 @@ class PostgresDialect(Dialect):
         field on the server."""
         j = t.jobs
         if len(rows) < 50:
-            return None
+            return super().insert_job_rows(conn, t, rows, now)
         # The ids as one comma-separated text: one row to fetch instead of one per id.
         seq = sa.func.pg_get_serial_sequence(j.name, "id")
         taken = sa.select(sa.func.nextval(seq).label("v")).select_from(
@@ -228,7 +277,7 @@ class PostgresDialect(Dialect):
         )
         conn.execute(sa.insert(j).from_select(list(INSERT_COLUMNS), select))
 
-    def done_update(
+    def _done_update(
         self,
         t: Tables,
         owner: str,
@@ -291,10 +340,10 @@ class PostgresDialect(Dialect):
         owner: str,
         rows: Sequence[tuple[int, int, str | None]],
         now: sa.ColumnElement[float],
-    ) -> tuple[int, Counter[int] | None]:
+    ) -> MarkedDone:
         """The done UPDATE in a CTE, joined to the dependency edges of the rows it marked:
         the dependents come back with it, in one round trip."""
-        update, params = self.done_update(t, owner, rows, now)
+        update, params = self._done_update(t, owner, rows, now)
 
         def build() -> sa.Select[Any]:
             d = t.deps
@@ -310,7 +359,7 @@ class PostgresDialect(Dialect):
             ids.add(marked_id)
             if dependent is not None:
                 edges[int(dependent)] += 1
-        return len(ids), edges
+        return MarkedDone(len(ids), edges if len(ids) == len(rows) else None)
 
     def insert_edges(self, conn: Connection, t: Tables, edges: list[dict[str, int]]) -> None:
         """One ``INSERT ... SELECT FROM unnest(:job_ids, :depends_on_ids)``, the arrays
@@ -346,13 +395,13 @@ class PostgresDialect(Dialect):
             sa.literal_column("'epoch'"), sa.func.clock_timestamp(), type_=sa.Double
         )
 
-    def types_in(
-        self, column: sa.ColumnElement[str], types: Sequence[str]
-    ) -> sa.ColumnElement[bool]:
-        """``column = ANY(ARRAY[...])`` (:func:`readyq.sql.ready.array_member`): with
-        ``IN`` of one value, an equality, a generic plan may answer ``min(type)`` with any
-        row of a scan it expects to match at once."""
-        return array_member(column, types)
+    def _first_ready_type(
+        self, t: Tables, types: Sequence[str], *conds: sa.ColumnElement[bool]
+    ) -> sa.ScalarSelect[Any]:
+        """The type tested as ``= ANY(ARRAY[...])`` (:func:`array_member`): with ``IN`` of
+        one value, an equality, a generic plan may answer ``min(type)`` with any row of a
+        scan it expects to match at once."""
+        return first_ready_type(t, types, *conds, member=array_member)
 
     def pin_index_order(self, conn: Connection) -> None:
         """``SET LOCAL enable_sort = off`` for the rest of the transaction.
@@ -401,25 +450,41 @@ class PostgresDialect(Dialect):
 
         return self.cached(("claim", t.jobs.name, req.shape()), build)
 
-    def claim(
-        self, conn: Connection, t: Tables, req: ClaimRequest, now: sa.ColumnElement[float]
+    def claim_jobs(
+        self,
+        conn: Connection,
+        t: Tables,
+        requests: Sequence[ClaimRequest],
+        now: sa.ColumnElement[float],
     ) -> list[ClaimedJob]:
-        stmt = self.claim_statement(t, req, now)
-        return [claimed_from_row(row) for row in conn.execute(stmt, req.params()).all()]
+        """One group: :meth:`claim_statement`. Several: every group's claim in one
+        statement, ``unnest(:groups, :limits)`` driving a LATERAL ``... LIMIT n FOR UPDATE
+        SKIP LOCKED`` per group inside the materialized CTE, then one UPDATE ...
+        RETURNING that leases them all."""
+        if len(requests) == 1:
+            req = requests[0]
+            stmt = self.claim_statement(t, req, now)
+            return [claimed_from_row(row) for row in conn.execute(stmt, req.params()).all()]
+        result = self._claim_groups_result(conn, t, requests, now, None)
+        return [claimed_from_row(row) for row in result.all()]
 
     # -- one statement per step of a claim ----------------------------------------------
 
-    def ready_counts(
+    def runnable_counts(
         self,
         conn: Connection,
         t: Tables,
         now: sa.ColumnElement[float],
         types: Sequence[str] | None,
         cap: int,
-    ) -> dict[str, tuple[int, int]] | None:
+        *,
+        with_history: bool = False,
+    ) -> tuple[dict[str, tuple[int, int]], dict[str, tuple[float, int]]]:
         """One statement: a recursive skip scan walks the ready index from group to
         group, and a LATERAL subquery counts each group's runnable head up to the cap.
-        It runs before the gate lock, so the other claims do not wait for it."""
+        (With the history, the portable statements.)"""
+        if with_history:
+            return super().runnable_counts(conn, t, now, types, cap, with_history=True)
 
         def build() -> sa.Select[Any]:
             cap_param = sa.bindparam("cap", type_=sa.Integer)
@@ -448,39 +513,27 @@ class PostgresDialect(Dialect):
             )
 
         key = ("ready_counts", t.jobs.name, None if types is None else tuple(types))
-        return {
+        counts = {
             r[0]: (int(r[1]), int(r[2]))
             for r in conn.execute(self.cached(key, build), {"cap": cap}).all()
         }
+        return counts, {}
 
-    def claim_groups(
+    def claim_jobs_recording(
         self,
         conn: Connection,
         t: Tables,
         requests: Sequence[ClaimRequest],
         now: sa.ColumnElement[float],
-    ) -> list[ClaimedJob]:
-        """Every group's claim in one statement: ``unnest(:groups, :limits)`` drives a
-        LATERAL ``... LIMIT n FOR UPDATE SKIP LOCKED`` per group inside the materialized
-        CTE, then one UPDATE ... RETURNING leases them all."""
-        if len(requests) == 1:
-            return self.claim(conn, t, requests[0], now)
-        result = self._claim_groups_result(conn, t, requests, now, None)
-        return [claimed_from_row(row) for row in result.all()]
-
-    def claim_groups_recording(
-        self,
-        conn: Connection,
-        t: Tables,
-        requests: Sequence[ClaimRequest],
-        now: sa.ColumnElement[float],
-        progress: tuple[Sequence[tuple[str, float, int]], float, int],
-    ) -> tuple[int, Callable[[], list[ClaimedJob]]] | None:
-        """The claim of :meth:`claim_groups` with the upsert of the groups' progress and
-        the gate's update as two more CTEs: one round trip fewer while the gate row is
-        held. The claimed rows stay in the driver's result until read."""
+        progress: Progress,
+    ) -> ClaimReceipt:
+        """The claim of :meth:`claim_jobs` with the upsert of the groups' progress and
+        the gate's update as two more CTEs. The claimed rows stay in the driver's result
+        until read."""
         result = self._claim_groups_result(conn, t, requests, now, progress)
-        return result.rowcount, lambda: [claimed_from_row(row) for row in result.all()]
+        return ClaimReceipt(
+            result.rowcount, lambda: [claimed_from_row(row) for row in result.all()]
+        )
 
     def _claim_groups_result(
         self,
@@ -488,7 +541,7 @@ class PostgresDialect(Dialect):
         t: Tables,
         requests: Sequence[ClaimRequest],
         now: sa.ColumnElement[float],
-        progress: tuple[Sequence[tuple[str, float, int]], float, int] | None,
+        progress: Progress | None,
     ) -> sa.CursorResult[Any]:
         first = requests[0]
 
@@ -532,7 +585,7 @@ class PostgresDialect(Dialect):
         params["c_groups"] = [r.group for r in requests]
         params["c_limits"] = [r.limit for r in requests]
         if progress is not None:
-            params.update(self._progress_params(*progress))
+            params.update(self._progress_params(progress))
         key = ("claim_groups", t.jobs.name, first.shape(), progress is not None)
         return conn.execute(self.cached(key, build), params)
 
@@ -570,26 +623,16 @@ class PostgresDialect(Dialect):
         return upsert, gate
 
     @staticmethod
-    def _progress_params(
-        rows: Sequence[tuple[str, float, int]], vclock: float, seq: int
-    ) -> dict[str, Any]:
+    def _progress_params(progress: Progress) -> dict[str, Any]:
         return {
-            "p_keys": [r[0] for r in rows],
-            "p_vfinish": [r[1] for r in rows],
-            "p_seq": [r[2] for r in rows],
-            "vclock": vclock,
-            "seq": seq,
+            "p_keys": [r[0] for r in progress.rows],
+            "p_vfinish": [r[1] for r in progress.rows],
+            "p_seq": [r[2] for r in progress.rows],
+            "vclock": progress.vclock,
+            "seq": progress.seq,
         }
 
-    def record_progress(
-        self,
-        conn: Connection,
-        t: Tables,
-        rows: Sequence[tuple[str, float, int]],
-        known: set[str],
-        vclock: float,
-        seq: int,
-    ) -> None:
+    def record_progress(self, conn: Connection, t: Tables, progress: Progress) -> None:
         """One statement: an upsert of the groups' progress from arrays, in a CTE of the
         gate's UPDATE."""
 
@@ -607,8 +650,69 @@ class PostgresDialect(Dialect):
 
         conn.execute(
             self.cached(("record_progress", t.groups.name), build),
-            self._progress_params(rows, vclock, seq),
+            self._progress_params(progress),
         )
+
+    # -- wake-ups -----------------------------------------------------------------------
+
+    def release_dependents(
+        self,
+        conn: Connection,
+        t: Tables,
+        by_count: Mapping[int, Sequence[int]],
+        now: sa.ColumnElement[float],
+        notifier: ReadyNotifier | None,
+    ) -> None:
+        """With a notifier, the NOTIFY rides on the release itself: the release as a
+        data-modifying CTE, and the notifier's ``pg_notify`` evaluated once if one of
+        the rows it updated is ready now."""
+        if notifier is None or not by_count:
+            super().release_dependents(conn, t, by_count, now, notifier)
+            return
+
+        def build() -> sa.Select[Any]:
+            released = (
+                release_dependents(t, now, partial(self._ids_in, name="r_ids"))
+                .returning(t.jobs.c.state)
+                .cte("released")
+            )
+            return (
+                sa.select(notifier.column)
+                .select_from(released)
+                .where(released.c.state == "ready")
+                .limit(1)
+            )
+
+        release = self.cached(("release_notify", t.jobs.name), build)
+        for n, ids in sorted(by_count.items()):
+            conn.execute(release, {"r_ids": sorted(ids), "r_n": n})
+
+    def ready_notifier(self, prefix: str) -> ReadyNotifier:
+        """``pg_notify`` on the prefix's channel, delivered at commit, dropped on
+        rollback; the payload is empty (no job data travels this way)."""
+        return _Notifier(prefix)
+
+    def listen_channel(self, conn: Connection, prefix: str) -> str:
+        """The channel's full name as ``conn`` sees it: its ``search_path`` may come from
+        connect arguments that the listener's own connection does not share."""
+        return str(
+            conn.execute(
+                sa.text("SELECT :base || '_' || left(md5(current_schema()), 8)"),
+                {"base": channel_for(prefix)},
+            ).scalar_one()
+        )
+
+    def start_listener(
+        self, url: sa.URL, channel: str, on_wake: Callable[[], None]
+    ) -> PgListener:
+        """LISTEN from a psycopg connection of its own, in a daemon thread."""
+        try:
+            import psycopg  # noqa: F401
+        except ImportError:
+            raise ConfigurationError(
+                "LISTEN needs the psycopg driver, which is not installed"
+            ) from None
+        return PgListener(conninfo_for(url), channel, on_wake).start()
 
 
 # COPY's text format: a backslash starts an escape, tab and newline end a field and a row.

@@ -49,7 +49,7 @@ from readyq.dialects.base import (
     group_heads,
     lease_values,
 )
-from readyq.dialects.direct import DirectPlan, DirectResult, plan
+from readyq.dialects.sqlite_direct import DirectPlan, DirectResult, plan
 from readyq.errors import UnsupportedDatabase
 from readyq.model import ClaimedJob
 from readyq.schema import Tables
@@ -64,11 +64,12 @@ MAX_PLANS = 512
 
 
 def _pragmas(dbapi_conn: Any, _record: Any) -> None:
+    """Every connection of an engine readyq uses: the busy timeout, foreign keys and the
+    WAL journal. WAL is a property of the file; asking again is cheap, and covers files
+    whose schema was made by other tools. (The one place readyq sets it.)"""
     cur = dbapi_conn.cursor()
     cur.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
     cur.execute("PRAGMA foreign_keys = ON")
-    # WAL is a property of the file; asking again is cheap, and covers files whose schema
-    # was made by other tools.
     cur.execute("PRAGMA journal_mode = WAL")
     cur.close()
 
@@ -107,7 +108,8 @@ def _in_json(column: sa.ColumnElement[Any], ids: sa.BindParameter[Any]) -> sa.Co
 class SQLiteDialect(Dialect):
     name: ClassVar[str] = "sqlite"
     capabilities: ClassVar[Capabilities] = Capabilities(
-        skip_locked=False, returning=True, partial_index=True, listen_notify=False, row_locks=False
+        skip_locked=False, returning=True, partial_index=True, listen_notify=False,
+        row_locks=False, autocommit_reads=True,
     )
     # SQLite's generic error: an unknown table, column or function, a syntax error. A
     # locked database, a full disk or a file that cannot be opened have codes of their own.
@@ -117,6 +119,14 @@ class SQLiteDialect(Dialect):
     @classmethod
     def engine_options(cls) -> dict[str, Any]:
         return {"connect_args": {"timeout": BUSY_TIMEOUT_MS / 1000}}
+
+    @classmethod
+    def database_file(cls, url: sa.URL) -> str | None:
+        """The file of a ``sqlite:///path`` URL (not ``:memory:`` nor a ``file:`` URI)."""
+        path = url.database
+        if not path or path == ":memory:" or path.startswith("file:"):
+            return None
+        return path
 
     def __init__(self, server_version: tuple[int, ...] = ()) -> None:
         super().__init__(server_version)
@@ -129,7 +139,7 @@ class SQLiteDialect(Dialect):
         stmt: sa.Executable,
         params: Mapping[str, Any] | Sequence[Mapping[str, Any]] | None = None,
     ) -> Any:
-        """Run the statement on sqlite3's own cursor (see :mod:`readyq.dialects.direct`)
+        """Run the statement on sqlite3's own cursor (see :mod:`readyq.dialects.sqlite_direct`)
         when nothing watches the connection's statements; else through SQLAlchemy.
 
         Whoever listens for the engine's statement events (``before_cursor_execute``,
@@ -194,6 +204,9 @@ class SQLiteDialect(Dialect):
         raw = conn.connection.driver_connection
         return raw if isinstance(raw, sqlite3.Connection) else None
 
+    def prepare_connection(self, dbapi_connection: Any) -> None:
+        _pragmas(dbapi_connection, None)
+
     def prepare_engine(self, engine: sa.Engine, *, owned: bool) -> sa.Engine:
         if not event.contains(engine, "connect", _pragmas):
             event.listen(engine, "connect", _pragmas)
@@ -246,13 +259,6 @@ class SQLiteDialect(Dialect):
         finally:
             raw.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
 
-    def lock_rows(self, stmt: sa.Select[Any]) -> sa.Select[Any]:
-        # Nothing to add: BEGIN IMMEDIATE already holds the only lock SQLite has.
-        return stmt
-
-    def lock_rows_skip_locked(self, stmt: sa.Select[Any]) -> sa.Select[Any]:
-        return stmt
-
     def now(self) -> sa.ColumnElement[float]:
         return (sa.func.julianday("now") - 2440587.5) * 86400.0
 
@@ -273,14 +279,14 @@ class SQLiteDialect(Dialect):
     def is_missing_table(self, exc: BaseException) -> bool:
         return "no such table" in str(getattr(exc, "orig", exc)).lower()
 
-    def ids_match(
+    def _ids_match(
         self, column: sa.ColumnElement[Any], ids: Sequence[int]
     ) -> sa.ColumnElement[bool]:
         """``column IN (SELECT value FROM json_each(:ids))``: one parameter, one SQL text
         whatever the number of ids."""
         return _in_json(column, sa.bindparam(None, list(ids), type_=_IdList))
 
-    def pairs_match(
+    def _pairs_match(
         self,
         id_column: sa.ColumnElement[Any],
         token_column: sa.ColumnElement[Any],
@@ -294,11 +300,11 @@ class SQLiteDialect(Dialect):
         pairs still fence each row by its own token.
         """
         return sa.and_(
-            self.ids_match(id_column, [p[0] for p in pairs]),
+            self._ids_match(id_column, [p[0] for p in pairs]),
             sa.tuple_(id_column, token_column).in_(list(pairs)),
         )
 
-    def ids_in(self, column: sa.ColumnElement[Any], name: str) -> sa.ColumnElement[bool]:
+    def _ids_in(self, column: sa.ColumnElement[Any], name: str) -> sa.ColumnElement[bool]:
         """``column IN (SELECT value FROM json_each(:name))``; the list is bound at
         execution."""
         return _in_json(column, sa.bindparam(name, type_=_IdList))
@@ -321,25 +327,23 @@ class SQLiteDialect(Dialect):
 
         return self.cached(("claim", t.jobs.name, req.shape()), build)
 
-    def claim(
-        self, conn: Connection, t: Tables, req: ClaimRequest, now: sa.ColumnElement[float]
-    ) -> list[ClaimedJob]:
-        # The caller's transaction began with BEGIN IMMEDIATE (begin_write).
-        stmt = self.claim_statement(t, req, now)
-        return [claimed_from_row(row) for row in self.execute(conn, stmt, req.params()).all()]
-
-    def claim_groups(
+    def claim_jobs(
         self,
         conn: Connection,
         t: Tables,
         requests: Sequence[ClaimRequest],
         now: sa.ColumnElement[float],
     ) -> list[ClaimedJob]:
-        """Every group's claim in one ``UPDATE ... WHERE id IN (SELECT ... LIMIT :n0
-        UNION ALL ...) RETURNING ...``. The write lock (BEGIN IMMEDIATE) is held, so
-        nothing can take a row between the selects and the update."""
+        """One group: :meth:`claim_statement`. Several: every group's claim in one
+        ``UPDATE ... WHERE id IN (SELECT ... LIMIT :n0 UNION ALL ...) RETURNING ...``.
+        The transaction began with BEGIN IMMEDIATE (:meth:`begin_write`): nothing can
+        take a row between the selects and the update."""
         if len(requests) == 1:
-            return self.claim(conn, t, requests[0], now)
+            req = requests[0]
+            stmt = self.claim_statement(t, req, now)
+            return [
+                claimed_from_row(row) for row in self.execute(conn, stmt, req.params()).all()
+            ]
         first = requests[0]
         n = len(requests)
 
@@ -363,7 +367,7 @@ class SQLiteDialect(Dialect):
         rows = self.execute(conn, stmt, group_head_params(requests)).all()
         return [claimed_from_row(row) for row in rows]
 
-    def done_update(
+    def _done_update(
         self,
         t: Tables,
         owner: str,

@@ -17,6 +17,7 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import context
 
+from readyq.dialects import dialect_for
 from readyq.migrations import PREFIX_ATTRIBUTE, current_prefix, version_table
 
 config = context.config
@@ -62,11 +63,9 @@ def run_migrations_online() -> None:
         )
     engine = sa.create_engine(url, poolclass=sa.NullPool)
     try:
-        with engine.connect() as conn:
-            if conn.dialect.name == "sqlite" and (engine.url.database or ":memory:") != ":memory:":
-                # What Queue.create_schema() does too: readers never block the writer.
-                conn.exec_driver_sql("PRAGMA journal_mode=WAL")
-                conn.commit()
+        # Prepared as readyq prepares its own engines (on SQLite: the WAL journal).
+        prepared = dialect_for(engine).prepare_engine(engine, owned=True)
+        with prepared.connect() as conn:
             _run(conn)
             conn.commit()
     finally:

@@ -15,7 +15,6 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import sqlalchemy as sa
-from sqlalchemy.dialects import postgresql
 
 from readyq.schema import Tables
 
@@ -170,15 +169,15 @@ def ready_of_types(t: Tables, types: Sequence[str]) -> sa.ColumnElement[bool]:
     one range of it per type (see :func:`ready_of_type`); one type is an equality, but
     on PostgreSQL."""
     j = t.jobs
-    if t.dialect == "postgresql":
-        return sa.and_(state_in(t, "ready"), array_member(j.c.type, types))
+    if t.traits.type_test is not None:
+        return sa.and_(state_in(t, "ready"), t.traits.type_test(j.c.type, types))
 
     def member(column: sa.ColumnElement[str]) -> sa.ColumnElement[bool]:
         if len(types) == 1:
             return column == sa.bindparam(None, types[0], type_=j.c.type.type)
         return values_in(column, types)
 
-    if "ready_type" in j.c:
+    if not t.traits.partial_indexes:
         return member(j.c.ready_type)
     return sa.and_(state_in(t, "ready"), member(j.c.type))
 
@@ -189,21 +188,10 @@ def run_after_passed(t: Tables, now: sa.ColumnElement[float]) -> sa.ColumnElemen
     return sa.or_(run_after.is_(None), run_after <= now)
 
 
-def array_member(column: sa.ColumnElement[str], values: Sequence[str]) -> sa.ColumnElement[bool]:
-    """``column = ANY(ARRAY[:v1, :v2 ...])`` (PostgreSQL), one bound parameter per value.
-
-    Unlike ``IN`` of one value, which PostgreSQL turns into an equality, the planner
-    treats the array as no constant: the column is not dropped from a sort order, and a
-    generic plan does not take any row of a scan for the answer to a ``min()``."""
-    return column == sa.any_(
-        postgresql.array([sa.bindparam(None, value, type_=column.type) for value in values])
-    )
-
-
 def type_first(t: Tables, types: Sequence[str] | None) -> tuple[sa.ColumnElement[Any], ...]:
     """The type as the first sort key of a read of one type's ready jobs, on PostgreSQL
     (see :func:`ready_of_type`); nothing elsewhere."""
-    if t.dialect == "postgresql" and single_type(types) is not None:
+    if t.traits.type_test is not None and single_type(types) is not None:
         return (t.jobs.c.type,)
     return ()
 
@@ -288,7 +276,7 @@ def runnable_head(
         # A count needs no claim order: each type's range of the index by type, one
         # after the other, read up to ``limit`` in all (ordered by the type on
         # PostgreSQL, an order only that index gives: see ``ready_of_type``).
-        order = (j.c.type,) if t.dialect == "postgresql" else ()
+        order = (j.c.type,) if t.traits.type_test is not None else ()
         return (
             sa.select(j.c.weight)
             .where(ready_of_types(t, many), run_after_passed(t, now), j.c.group_key == group)
@@ -308,7 +296,7 @@ def waiting_of_types(t: Tables, types: Sequence[str] | None) -> sa.ColumnElement
     holds them: the generated column ``waiting_type`` on MySQL and MariaDB, the partial
     index's ``state = 'waiting'`` elsewhere."""
     j = t.jobs
-    if "waiting_type" in j.c:
+    if not t.traits.partial_indexes:
         if types is None:
             return j.c.waiting_type.is_not(None)
         return values_in(j.c.waiting_type, types)

@@ -8,7 +8,7 @@ from typing import cast
 
 from readyq.errors import ConfigurationError
 
-log = logging.getLogger("readyq.limits")
+log = logging.getLogger("readyq.caps")
 
 Limit = int | Callable[[], int]
 Limits = Limit | Sequence[Limit]

@@ -1,0 +1,132 @@
+"""A worker's options: one frozen definition, its defaults and its checks.
+
+``Queue.worker``, ``Queue.run_worker`` and their asyncio twins take the same keyword
+arguments (:class:`WorkerOptionsDict`) and build one :class:`WorkerOptions` from them,
+so every option and default is written here once.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import TypedDict
+
+from readyq.errors import ConfigurationError
+from readyq.planning.caps import Limit, Limits, normalize
+
+DEFAULT_CONCURRENCY = 1
+DEFAULT_LEASE_TTL = 30.0
+DEFAULT_HEARTBEAT_INTERVAL = 10.0
+DEFAULT_POLL_INTERVAL = 1.0
+DEFAULT_SHUTDOWN_GRACE = 0.0
+
+
+class WorkerOptionsDict(TypedDict, total=False):
+    """The keyword arguments of ``Queue.worker`` (see :class:`WorkerOptions`)."""
+
+    concurrency: Limits
+    lease_ttl: float | timedelta
+    heartbeat_interval: float | timedelta
+    poll_interval: float | timedelta
+    types: Sequence[str] | None
+    worker_id: str | None
+    max_running: int | None
+    shutdown_grace: float | timedelta
+    freeze_gc: bool
+
+
+def _positive_seconds(value: float | timedelta, what: str) -> float:
+    seconds = value.total_seconds() if isinstance(value, timedelta) else value
+    if (
+        isinstance(seconds, bool)
+        or not isinstance(seconds, (int, float))
+        or not math.isfinite(seconds)
+        or seconds <= 0
+    ):
+        raise ConfigurationError(f"{what} must be a positive duration, not {value!r}")
+    return float(seconds)
+
+
+@dataclass(frozen=True)
+class WorkerOptions:
+    """How a worker runs; every field is checked when the options are made.
+
+    Args:
+        concurrency: the global cap: an int, a callable re-read every tick (free GPU
+            slots, API budget...), or a list of them, combined as their minimum. It holds
+            across every worker process on the database.
+        lease_ttl: how long a claim lives without a heartbeat (seconds or timedelta).
+        heartbeat_interval: how often running jobs' leases are extended; at most half of
+            ``lease_ttl``.
+        poll_interval: longest wait between two looks for runnable jobs.
+        types: job types this worker runs (default: every registered handler).
+        worker_id: the id its leases carry (default: host, pid and random bits).
+        max_running: most jobs this process runs at once (default: the whole cap). The
+            cap is global, so without it one process may take every slot.
+        shutdown_grace: seconds that SIGTERM/SIGINT (handled while the worker runs in the
+            main thread) give running jobs to finish; the rest are then handed back at
+            once, uncharged. A second signal hands them back immediately.
+        freeze_gc: while the worker runs, leave the objects that existed when it started
+            out of the garbage collector's passes (``gc.freeze()``, process-wide, undone
+            when the last worker of the process returns).
+
+    Raises:
+        ConfigurationError: for a value out of its range.
+    """
+
+    concurrency: Limits = DEFAULT_CONCURRENCY
+    lease_ttl: float | timedelta = DEFAULT_LEASE_TTL
+    heartbeat_interval: float | timedelta = DEFAULT_HEARTBEAT_INTERVAL
+    poll_interval: float | timedelta = DEFAULT_POLL_INTERVAL
+    types: Sequence[str] | None = None
+    worker_id: str | None = None
+    max_running: int | None = None
+    shutdown_grace: float | timedelta = DEFAULT_SHUTDOWN_GRACE
+    freeze_gc: bool = True
+    # The checked forms, computed once.
+    limits: tuple[Limit, ...] = field(init=False, repr=False, compare=False)
+    lease_seconds: float = field(init=False, repr=False, compare=False)
+    heartbeat_seconds: float = field(init=False, repr=False, compare=False)
+    poll_seconds: float = field(init=False, repr=False, compare=False)
+    grace_seconds: float = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        set_ = object.__setattr__
+        set_(self, "limits", normalize(self.concurrency))
+        set_(self, "lease_seconds", _positive_seconds(self.lease_ttl, "lease_ttl"))
+        set_(
+            self,
+            "heartbeat_seconds",
+            _positive_seconds(self.heartbeat_interval, "heartbeat_interval"),
+        )
+        set_(self, "poll_seconds", _positive_seconds(self.poll_interval, "poll_interval"))
+        max_running = self.max_running
+        if max_running is not None and (
+            isinstance(max_running, bool) or not isinstance(max_running, int) or max_running < 1
+        ):
+            raise ConfigurationError(f"max_running must be an int >= 1, not {max_running!r}")
+        if not isinstance(self.freeze_gc, bool):
+            raise ConfigurationError(f"freeze_gc must be True or False, not {self.freeze_gc!r}")
+        grace = self.shutdown_grace
+        grace = grace.total_seconds() if isinstance(grace, timedelta) else grace
+        if (
+            isinstance(grace, bool)
+            or not isinstance(grace, (int, float))
+            or not 0 <= grace < float("inf")
+        ):
+            raise ConfigurationError(
+                f"shutdown_grace must be a duration >= 0, not {self.shutdown_grace!r}"
+            )
+        set_(self, "grace_seconds", float(grace))
+        if self.heartbeat_seconds * 2 > self.lease_seconds:
+            raise ConfigurationError(
+                f"heartbeat_interval ({self.heartbeat_seconds:g}s) must be at most half of "
+                f"lease_ttl ({self.lease_seconds:g}s), so that one late heartbeat does not "
+                "lose the lease"
+            )
+        if self.types is not None and (
+            isinstance(self.types, (str, bytes)) or not all(isinstance(t, str) for t in self.types)
+        ):
+            raise ConfigurationError(f"types must be a list of job types, not {self.types!r}")

@@ -1,0 +1,297 @@
+"""What the inspection and control operations return: plain dataclasses, each with a
+``to_json()`` that the CLI, the dashboard and scripts share. Instants are epoch seconds
+of the database's clock; ``to_json()`` writes them as ISO 8601 UTC.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Any
+
+from readyq.model import IN_FLIGHT_STATES, JobState
+
+STATE_ORDER = tuple(s.value for s in JobState)
+
+
+def iso(epoch: float | None) -> str | None:
+    """An epoch instant as ISO 8601 UTC with milliseconds, or None."""
+    if epoch is None:
+        return None
+    return datetime.fromtimestamp(epoch, tz=timezone.utc).isoformat(timespec="milliseconds")
+
+
+def round3(value: float | None) -> float | None:
+    return None if value is None else round(value, 3)
+
+
+def ordered_states(counts: dict[str, int]) -> dict[str, int]:
+    known = [s for s in STATE_ORDER if s in counts]
+    other = sorted(s for s in counts if s not in STATE_ORDER)
+    return {s: counts[s] for s in known + other}
+
+
+@dataclass(frozen=True)
+class WorkerSeen:
+    """A worker that holds leases now, as its jobs' rows show it.
+
+    ``expired``: every lease it holds has expired, so it has most likely stopped; the
+    next sweep of any worker reclaims its jobs.
+    """
+
+    owner: str
+    leased: int
+    running: int
+    last_heartbeat: float | None
+    heartbeat_age: float | None
+    lease_expires: float | None
+    expired: bool
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "owner": self.owner,
+            "leased": self.leased,
+            "running": self.running,
+            "last_heartbeat": iso(self.last_heartbeat),
+            "heartbeat_age_seconds": round3(self.heartbeat_age),
+            "lease_expires": iso(self.lease_expires),
+            "expired": self.expired,
+        }
+
+
+@dataclass(frozen=True)
+class OldestReady:
+    """The runnable job that has waited longest to be claimed."""
+
+    id: int
+    type: str
+    group: str
+    since: float
+    age: float
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "type": self.type,
+            "group": self.group,
+            "since": iso(self.since),
+            "age_seconds": round3(self.age),
+        }
+
+
+@dataclass(frozen=True)
+class Status:
+    """A snapshot of the queue, read in one pass with the database's clock."""
+
+    now: float
+    states: dict[str, int]
+    groups: dict[str, dict[str, int]]
+    in_flight: int
+    runnable: int
+    deferred: int
+    oldest_ready: OldestReady | None
+    workers: list[WorkerSeen]
+
+    @property
+    def total(self) -> int:
+        return sum(self.states.values())
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "now": iso(self.now),
+            "total": self.total,
+            "states": {s: self.states.get(s, 0) for s in STATE_ORDER},
+            "groups": self.groups,
+            "in_flight": self.in_flight,
+            "runnable": self.runnable,
+            "deferred": self.deferred,
+            "oldest_ready": None if self.oldest_ready is None else self.oldest_ready.to_json(),
+            "workers": [w.to_json() for w in self.workers],
+        }
+
+
+@dataclass(frozen=True)
+class JobRef:
+    """Another job, as a line in a listing."""
+
+    id: int
+    type: str
+    state: str
+    is_container: bool = False
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "type": self.type,
+            "state": self.state,
+            "is_container": self.is_container,
+        }
+
+
+INSTANTS = (
+    "created_at",
+    "updated_at",
+    "run_after",
+    "started_at",
+    "finished_at",
+    "heartbeat_at",
+    "lease_expires",
+    "deadline",
+)
+
+
+@dataclass(frozen=True)
+class JobDetail:
+    """Everything about one job: its row, its edges and, for a container, its children."""
+
+    fields: dict[str, Any]
+    dependencies: list[JobRef]
+    dependents: list[JobRef]
+    parent: JobRef | None
+    children: dict[str, int]
+    now: float
+
+    @property
+    def id(self) -> int:
+        return int(self.fields["id"])
+
+    def to_json(self) -> dict[str, Any]:
+        out = dict(self.fields)
+        for name in INSTANTS:
+            out[name] = iso(out[name])
+        out["dependencies"] = [d.to_json() for d in self.dependencies]
+        out["dependents"] = [d.to_json() for d in self.dependents]
+        out["parent"] = None if self.parent is None else self.parent.to_json()
+        if self.fields["is_container"]:
+            out["children"] = self.children
+        return out
+
+
+@dataclass(frozen=True)
+class Node:
+    id: int
+    type: str
+    state: str
+    is_container: bool
+    parent_id: int | None
+    group: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "type": self.type,
+            "state": self.state,
+            "is_container": self.is_container,
+            "parent_id": self.parent_id,
+            "group": self.group,
+        }
+
+
+@dataclass
+class Graph:
+    """The dependency graph around one job.
+
+    ``upstream``: every job that must end before the root can finish: its dependencies,
+    theirs, and the children of any container among them (the root's own children too).
+    ``downstream``: every job the root's end affects: its dependents, theirs, and the
+    containers they belong to. ``deps`` holds edges (dependency, dependent) and
+    ``contains`` edges (container, child), both between nodes of the graph.
+    """
+
+    root: int
+    nodes: dict[int, Node] = field(default_factory=dict)
+    deps: set[tuple[int, int]] = field(default_factory=set)
+    contains: set[tuple[int, int]] = field(default_factory=set)
+    upstream: set[int] = field(default_factory=set)
+    downstream: set[int] = field(default_factory=set)
+    truncated: bool = False
+
+    def dependencies_of(self, node: int) -> list[int]:
+        return sorted(a for a, b in self.deps if b == node)
+
+    def dependents_of(self, node: int) -> list[int]:
+        return sorted(b for a, b in self.deps if a == node)
+
+    def children_of(self, node: int) -> list[int]:
+        return sorted(b for a, b in self.contains if a == node)
+
+    def container_of(self, node: int) -> int | None:
+        for a, b in self.contains:
+            if b == node:
+                return a
+        return None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "root": self.root,
+            "nodes": [self.nodes[i].to_json() for i in sorted(self.nodes)],
+            "edges": [{"from": a, "to": b, "kind": "depends"} for a, b in sorted(self.deps)]
+            + [{"from": a, "to": b, "kind": "contains"} for a, b in sorted(self.contains)],
+            "upstream": sorted(self.upstream),
+            "downstream": sorted(self.downstream),
+            "truncated": self.truncated,
+        }
+
+
+@dataclass(frozen=True)
+class RetryResult:
+    """What a retry changed, in one transaction.
+
+    ``revived``: (job id, new state) for every job set back to ``ready`` or ``waiting``,
+    the retried job(s) first. ``reopened``: containers set back to ``active``.
+    """
+
+    job_id: int
+    revived: list[tuple[int, str]]
+    reopened: list[int]
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "job_id": self.job_id,
+            "revived": [{"id": i, "state": s} for i, s in self.revived],
+            "reopened": self.reopened,
+        }
+
+
+@dataclass(frozen=True)
+class CancelResult:
+    job_id: int
+    before: str
+    after: str
+
+    @property
+    def requested(self) -> bool:
+        """The job was running: it was asked to stop and ends at its next heartbeat."""
+        return self.before in IN_FLIGHT_STATES and self.after in IN_FLIGHT_STATES
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "job_id": self.job_id,
+            "before": self.before,
+            "after": self.after,
+            "requested": self.requested,
+        }
+
+
+@dataclass(frozen=True)
+class PruneResult:
+    """``deleted`` jobs (and ``edges`` job_deps rows); ``kept``: finished jobs older than
+    the cutoff that stay because a job that stays depends on them or is inside them."""
+
+    cutoff: float
+    candidates: int
+    deleted: int
+    edges: int
+
+    @property
+    def kept(self) -> int:
+        return max(0, self.candidates - self.deleted)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "cutoff": iso(self.cutoff),
+            "candidates": self.candidates,
+            "deleted": self.deleted,
+            "edges_deleted": self.edges,
+            "kept": self.kept,
+        }

@@ -1,0 +1,69 @@
+"""Writes about claimed jobs, each fenced by the lease: the job's owner and token.
+
+``fence`` is the dialect's test that a row is one of the given (id, token) pairs held by
+the given owner (``Dialect._fence``); a fenced-out row is simply not updated.
+"""
+
+from __future__ import annotations
+
+import sqlalchemy as sa
+
+from readyq.model import IN_FLIGHT_STATES
+from readyq.schema import Tables
+from readyq.sql.ready import state_in
+
+
+def fenced_start(
+    t: Tables,
+    now: sa.ColumnElement[float],
+    fence: sa.ColumnElement[bool],
+    *,
+    timeout: float | None,
+    retry_on_timeout: bool,
+) -> sa.Update:
+    """Leased jobs to running, with their deadline and timeout policy."""
+    j = t.jobs
+    return (
+        sa.update(j)
+        .where(fence, j.c.state == "leased")
+        .values(
+            state="running",
+            started_at=now,
+            deadline=None if timeout is None else now + timeout,
+            retry_on_timeout=retry_on_timeout,
+            updated_at=now,
+        )
+    )
+
+
+def fenced_heartbeat(
+    t: Tables, now: sa.ColumnElement[float], fence: sa.ColumnElement[bool], ttl: float
+) -> sa.Update:
+    """Leases of jobs in flight extended by ``ttl`` seconds."""
+    j = t.jobs
+    return (
+        sa.update(j)
+        .where(fence, state_in(t, *IN_FLIGHT_STATES))
+        .values(lease_expires=now + ttl, heartbeat_at=now)
+    )
+
+
+def fenced_hand_back(
+    t: Tables, now: sa.ColumnElement[float], fence: sa.ColumnElement[bool]
+) -> sa.Update:
+    """Jobs in flight back to ready with the attempt uncharged, unless a cancel was asked
+    (the lease sweep then cancels them)."""
+    j = t.jobs
+    return (
+        sa.update(j)
+        .where(fence, j.c.state.in_(IN_FLIGHT_STATES), j.c.cancel_requested == sa.false())
+        .values(
+            state="ready",
+            attempts=j.c.attempts - 1,
+            run_after=None,
+            lease_expires=None,
+            deadline=None,
+            started_at=None,
+            updated_at=now,
+        )
+    )

@@ -1,0 +1,572 @@
+"""The Store: readyq's database work, one module per duty, behind one small facade.
+
+* :mod:`~readyq.store.transactions`: the retry loop every unit runs in;
+* :mod:`~readyq.store.enqueue`: adding jobs, batches and unique keys;
+* :mod:`~readyq.store.graph`: what a job's end does to its dependents and container;
+* :mod:`~readyq.store.claim`: the claim under the cap, fair share and rate limits;
+* :mod:`~readyq.store.outcomes`: fenced starts, heartbeats and outcomes;
+* :mod:`~readyq.store.sweeps`: expired leases and passed deadlines;
+* :mod:`~readyq.store.control`: cancel, retry and prune;
+* :mod:`~readyq.store.inspection`: the reads behind status, show, dag and metrics.
+
+Each unit is a function of a :class:`~readyq.store.context.StoreContext` and an open
+connection. The :class:`Store` connects on first use, picks the dialect, builds the
+context and runs each public method as one transaction of those units (a few run more
+than one: a reclaim reads before it writes; a prune deletes batch by batch).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, TypeVar
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection, Engine
+
+from readyq.dialects import (
+    ClaimReceipt,
+    Dialect,
+    Listener,
+    Notifies,
+    dialect_class,
+    dialect_from_connection,
+)
+from readyq.errors import SchemaNotFound
+from readyq.model import ClaimedJob, GroupStats, JobInfo, job_log_fields
+from readyq.rate_limits import RateLimit
+from readyq.reports import Graph, JobDetail, PruneResult, RetryResult, Status
+from readyq.schema import GATE_ID, Tables, build_tables
+from readyq.store import claim as claim_unit
+from readyq.store import control, enqueue, inspection, outcomes, sweeps
+from readyq.store.context import Clock, Hooks, StoreContext
+from readyq.store.records import (
+    Applied,
+    BatchJob,
+    Lease,
+    LeaseStatus,
+    NewJob,
+    Outcome,
+    OutcomeKind,
+    ReclaimedJob,
+    ReclaimResult,
+)
+from readyq.store.transactions import DEFAULT_TX_RETRIES, Transactions, pause_for
+
+__all__ = [
+    "Applied",
+    "BatchJob",
+    "Lease",
+    "LeaseStatus",
+    "NewJob",
+    "Outcome",
+    "OutcomeKind",
+    "ReclaimResult",
+    "ReclaimedJob",
+    "Store",
+    "StoreContext",
+]
+
+log = logging.getLogger("readyq.store")
+
+T = TypeVar("T")
+
+# A worker's start policies: job type -> (timeout seconds or None, retry_on_timeout).
+StartPolicies = Mapping[str, tuple[float | None, bool]]
+
+
+class _DryRun(Exception):
+    """Ends a dry run's unit so that its transaction is rolled back; carries the number
+    of jobs claimed."""
+
+
+class Store:
+    """Transactions over the readyq tables of one prefix.
+
+    Args:
+        engine: the engine to run on; the ``sync_engine`` of an AsyncEngine when the store
+            runs in a greenlet for the asyncio API (see :mod:`readyq.store.transactions`).
+        prefix: the table prefix.
+        owned: whether readyq created the engine (the dialect may adapt an engine it
+            owns in place, and one it does not on a copy).
+        listen: ``False`` to send no wake-up notifications.
+    """
+
+    def __init__(
+        self,
+        engine: Engine,
+        prefix: str,
+        *,
+        owned: bool,
+        listen: bool | None = None,
+        tx_retries: int = DEFAULT_TX_RETRIES,
+    ) -> None:
+        self.tables: Tables = build_tables(
+            prefix, dialect_class(engine.dialect.name).table_traits
+        )
+        self.url = engine.url
+        self.clock = Clock()
+        self.hooks = Hooks()
+        self._given_engine = engine
+        self._owned = owned
+        self._listen = listen
+        self._engine: Engine | None = None
+        self._context: StoreContext | None = None
+        self._init_lock = threading.Lock()
+        # How to wait without holding anything up: ``time.sleep``, or on the event loop
+        # when the store runs in a greenlet for the asyncio API.
+        self.pause = pause_for(engine)
+        self.transactions = Transactions(
+            self._resolve, translate=self._translate, pause=self.pause, tx_retries=tx_retries
+        )
+
+    # -- plumbing -----------------------------------------------------------------------
+
+    def _resolve(self) -> tuple[Engine, Dialect]:
+        context = self.context
+        assert self._engine is not None
+        return self._engine, context.dialect
+
+    @property
+    def context(self) -> StoreContext:
+        """The units' context; connects to the database the first time."""
+        if self._context is None:
+            with self._init_lock:
+                if self._context is None:
+                    with self._given_engine.connect() as conn:
+                        dialect = dialect_from_connection(conn)
+                        conn.rollback()
+                        self._engine = dialect.prepare_engine(
+                            self._given_engine, owned=self._owned
+                        )
+                        # This connection goes back to the pool: set it up as the
+                        # prepared engine sets up its new ones.
+                        dialect.prepare_connection(conn.connection.dbapi_connection)
+                    notifier = None
+                    if self._listen is not False and isinstance(dialect, Notifies):
+                        notifier = dialect.ready_notifier(self.tables.prefix)
+                    self._context = StoreContext(
+                        tables=self.tables,
+                        dialect=dialect,
+                        now=self.clock.expression(dialect),
+                        notifier=notifier,
+                        hooks=self.hooks,
+                    )
+        return self._context
+
+    @property
+    def dialect(self) -> Dialect:
+        return self.context.dialect
+
+    @property
+    def engine(self) -> Engine:
+        """The engine readyq runs on (connects the first time)."""
+        return self._resolve()[0]
+
+    @property
+    def connected_dialect(self) -> Dialect | None:
+        """The dialect once the store has reached the database; None before (no
+        connection attempt is made here)."""
+        return None if self._context is None else self._context.dialect
+
+    @property
+    def clock_offset(self) -> float:
+        """Seconds added to the database clock (see :class:`Clock`)."""
+        return self.clock.offset
+
+    @clock_offset.setter
+    def clock_offset(self, seconds: float) -> None:
+        self.clock.offset = seconds
+
+    @property
+    def on_claim_transaction(self) -> Callable[[Connection], None] | None:
+        """Test hook: called with the connection inside each claim transaction."""
+        return self.hooks.on_claim_transaction
+
+    @on_claim_transaction.setter
+    def on_claim_transaction(self, hook: Callable[[Connection], None] | None) -> None:
+        self.hooks.on_claim_transaction = hook
+
+    def now(self) -> sa.ColumnElement[float]:
+        """The database clock plus ``clock_offset``, read when each statement runs."""
+        return self.context.now
+
+    def dispose(self) -> None:
+        """Close the pooled connections of the engine the store was given."""
+        self._given_engine.dispose()
+
+    def _translate(self, exc: BaseException) -> None:
+        context = self._context
+        if context is not None and context.dialect.is_missing_table(exc):
+            raise SchemaNotFound(
+                f"readyq tables with prefix {self.tables.prefix!r} are missing: "
+                "call Queue.create_schema() first"
+            ) from exc
+
+    def write(
+        self,
+        unit: Callable[[Connection], T],
+        *,
+        connection: Connection | None = None,
+        idempotent: bool = True,
+        what: str = "write",
+        after_commit: Callable[[T], T] | None = None,
+        lost_commit: Callable[[T], None] | None = None,
+    ) -> T:
+        """Run ``unit`` in one write transaction: see :meth:`Transactions.write`."""
+        return self.transactions.write(
+            unit, connection=connection, idempotent=idempotent, what=what,
+            after_commit=after_commit, lost_commit=lost_commit,
+        )
+
+    def read(self, unit: Callable[[Connection], T], *, single: bool = False) -> T:
+        """Run a read-only unit: see :meth:`Transactions.read`."""
+        return self.transactions.read(unit, single=single)
+
+    # -- schema -------------------------------------------------------------------------
+
+    def create_schema(self) -> None:
+        """Create the tables and the gate row if missing (idempotent)."""
+        t = self.tables
+        t.metadata.create_all(self.engine, checkfirst=True)
+
+        def gate(conn: Connection) -> None:
+            row = conn.execute(sa.select(t.gate.c.id).where(t.gate.c.id == GATE_ID)).first()
+            if row is None:
+                conn.execute(sa.insert(t.gate).values(id=GATE_ID, vclock=0.0, seq=0))
+
+        self.write(gate, what="create_schema")
+
+    def drop_schema(self) -> None:
+        self.tables.metadata.drop_all(self.engine, checkfirst=True)
+
+    def check_schema(self) -> None:
+        """Raise SchemaNotFound unless the tables exist (reads at most one row)."""
+        self.read(lambda conn: inspection.check_schema(self.context, conn))
+
+    # -- enqueue ------------------------------------------------------------------------
+
+    def enqueue(self, job: NewJob, *, connection: Connection | None = None) -> int:
+        if job.unique_key is not None:
+            return self.enqueue_unique(job, connection=connection)[0]
+        return self.write(
+            lambda conn: enqueue.insert_job(self.context, conn, job),
+            connection=connection, idempotent=False, what="enqueue",
+        )
+
+    def enqueue_unique(
+        self, job: NewJob, *, connection: Connection | None = None
+    ) -> tuple[int, bool]:
+        """Insert a job with a unique key unless a job that has not ended holds the key.
+
+        Returns (id, created); see :mod:`readyq.store.enqueue`.
+        """
+        return self.write(
+            lambda conn: enqueue.insert_unique_job(self.context, conn, job),
+            connection=connection, idempotent=False, what="enqueue",
+        )
+
+    def enqueue_many(
+        self, batch: Sequence[BatchJob], *, connection: Connection | None = None
+    ) -> list[int]:
+        """Insert a batch in one transaction; returns the ids by batch position."""
+        if not batch:
+            return []
+        if any(b.job.unique_key is not None for b in batch):
+            created = self.write(
+                lambda conn: enqueue.insert_unique_batch(self.context, conn, batch),
+                connection=connection, idempotent=False, what="enqueue_many",
+            )
+            return [job_id for job_id, _ in created]
+        return self.write(
+            lambda conn: enqueue.insert_batch(self.context, conn, batch),
+            connection=connection, idempotent=False, what="enqueue_many",
+        )
+
+    # -- the worker's cycle -------------------------------------------------------------
+
+    def claim_jobs(
+        self,
+        *,
+        owner: str,
+        cap: int,
+        limit: int,
+        ttl: float,
+        types: Sequence[str] | None,
+        rate_limits: Mapping[str, RateLimit] | None = None,
+    ) -> list[ClaimedJob]:
+        """Lease runnable jobs under the global cap, shared between groups fairly, in one
+        transaction (see :mod:`readyq.store.claim`)."""
+        if cap <= 0 or limit <= 0:
+            return []
+        return self.write(
+            lambda conn: claim_unit.claim_jobs(
+                self.context, conn, owner, cap, limit, ttl, types, None, rate_limits
+            ).read(),
+            what="claim",
+        )
+
+    def finish_and_claim(
+        self,
+        owner: str,
+        done: Sequence[Outcome],
+        *,
+        cap: int,
+        limit: int,
+        ttl: float,
+        types: Sequence[str] | None,
+        start: StartPolicies | None = None,
+        rate_limits: Mapping[str, RateLimit] | None = None,
+    ) -> tuple[Applied, list[ClaimedJob]]:
+        """Record outcomes, claim new jobs and start them: one transaction, one commit.
+
+        The slots freed by the outcomes count as free for the claim. With ``start``, the
+        claim's own UPDATE also starts the jobs: ``running`` with ``started_at`` and a
+        deadline (the job's own timeout, else its type's). A worker does this when it
+        hands every claimed job to a handler at once, so that ``leased`` never needs a
+        commit of its own.
+        """
+        # Jobs leased by a try whose COMMIT reply was lost: that claim may have landed,
+        # unknown to the worker, so the next try hands them back first.
+        unknown: list[ClaimedJob] = []
+
+        def lost(out: tuple[Applied, ClaimReceipt]) -> None:
+            try:
+                unknown.extend(out[1].read())
+            except Exception:  # the rows cannot be read: their leases expire instead
+                log.debug("finish_and_claim: the claimed rows of a lost commit cannot be "
+                          "read", exc_info=True)
+
+        def unit(conn: Connection) -> tuple[Applied, ClaimReceipt]:
+            ctx = self.context
+            if unknown:
+                outcomes.hand_back(ctx, conn, owner, unknown)
+            applied = outcomes.record_outcomes(ctx, conn, owner, done) if done else {}
+            receipt = claim_unit.NOTHING
+            if cap > 0 and limit > 0:
+                receipt = claim_unit.claim_jobs(
+                    ctx, conn, owner, cap, limit, ttl, types, start, rate_limits
+                )
+            return applied, receipt
+
+        if not done and (cap <= 0 or limit <= 0):
+            return {}, []
+        if not done and not self.runnable_exists(types):
+            # An idle tick (a poll, or a notification that woke every listening worker)
+            # reads the ready index without a lock: only a worker that sees a runnable
+            # job opens a claim transaction and waits for the gate.
+            return {}, []
+        # The claimed rows are read once committed: the gate row is released sooner.
+        applied, receipt = self.write(unit, what="cycle", lost_commit=lost)
+        return applied, receipt.read()
+
+    def dry_run_cycle(
+        self,
+        owner: str,
+        *,
+        cap: int,
+        limit: int,
+        ttl: float,
+        types: Sequence[str] | None,
+        start: StartPolicies | None = None,
+        rate_limits: Mapping[str, RateLimit] | None = None,
+    ) -> int:
+        """Run a worker's transaction once and roll it back; return how many jobs its
+        claim took.
+
+        The claim of up to ``limit`` jobs, as :meth:`finish_and_claim` makes it, then
+        their finish as done, in one transaction that is rolled back: nothing is kept
+        (the NOTIFY of a released dependent is dropped with it). What it leaves behind
+        is the SQL of those statements, built and compiled, and an error now rather than
+        at the first claim if the tables do not match this readyq.
+        """
+
+        def unit(conn: Connection) -> int:
+            ctx = self.context
+            claimed: list[ClaimedJob] = []
+            if cap > 0 and limit > 0:
+                claimed = claim_unit.claim_jobs(
+                    ctx, conn, owner, cap, limit, ttl, types, start, rate_limits
+                ).read()
+            if claimed:
+                outcomes.record_outcomes(
+                    ctx, conn, owner, [Outcome(c, OutcomeKind.DONE, "null") for c in claimed]
+                )
+            raise _DryRun(len(claimed))
+
+        try:
+            self.write(unit, what="dry run")
+        except _DryRun as done:
+            return int(done.args[0])
+        raise AssertionError("a dry run's unit always raises")  # pragma: no cover
+
+    def runnable_exists(self, types: Sequence[str] | None) -> bool:
+        """Whether any job of ``types`` is runnable now: one lock-free read."""
+        ctx = self.context
+        # The typed probe is one statement; the untyped one pins the index order for the
+        # rest of its transaction first.
+        return self.read(
+            lambda conn: ctx.dialect.any_runnable(conn, ctx.tables, ctx.now, types),
+            single=types is not None,
+        )
+
+    def has_unfinished(self, types: Sequence[str] | None = None) -> bool:
+        """True while any non-container job (of ``types``) is not terminal: a probe of
+        each index that holds unfinished jobs, so finished jobs are never read."""
+        ctx = self.context
+        return self.read(
+            lambda conn: ctx.dialect.any_unfinished(conn, ctx.tables, types), single=True
+        )
+
+    def start_jobs(
+        self, owner: str, starts: Sequence[tuple[ClaimedJob, float | None, bool]]
+    ) -> set[int]:
+        """Move leased jobs to running, setting each job's deadline; returns the ids moved.
+
+        ``starts`` holds (job, timeout seconds or None, retry_on_timeout).
+        """
+        if not starts:
+            return set()
+        return self.write(
+            lambda conn: outcomes.start_jobs(self.context, conn, owner, starts), what="start"
+        )
+
+    def heartbeat(self, owner: str, leases: Sequence[Lease], ttl: float) -> dict[int, LeaseStatus]:
+        """Extend the leases still held, in one statement; report lost and cancelled jobs."""
+        if not leases:
+            return {}
+        return self.write(
+            lambda conn: outcomes.heartbeat(self.context, conn, owner, leases, ttl),
+            what="heartbeat",
+        )
+
+    def record_outcomes(self, owner: str, done: Sequence[Outcome]) -> Applied:
+        """Record how attempts ended, each fenced by its lease, in one transaction; see
+        :func:`readyq.store.outcomes.record_outcomes`."""
+        if not done:
+            return {}
+        return self.write(
+            lambda conn: outcomes.record_outcomes(self.context, conn, owner, done),
+            what="finish",
+        )
+
+    def reclaim_due(self) -> bool:
+        """Whether any lease has expired or any attempt is past its deadline: one
+        lock-free read of the in-flight range of the state index."""
+        ctx = self.context
+        due = ctx.dialect.cached(
+            ("reclaim_due", ctx.tables.jobs.name), lambda: sweeps.reclaim_due_statement(ctx)
+        )
+        return (
+            self.read(lambda conn: ctx.dialect.execute(conn, due).first(), single=True)
+            is not None
+        )
+
+    def reclaim_expired(self, *, limit: int = 500) -> ReclaimResult:
+        """Return expired leases to ready (or failed), and end attempts past their
+        deadline (see :mod:`readyq.store.sweeps`)."""
+        # A plain read first: most ticks find nothing, and then take no write lock.
+        if not self.reclaim_due():
+            return ReclaimResult()
+        result = self.write(
+            lambda conn: sweeps.reclaim_expired(self.context, conn, limit), what="reclaim"
+        )
+        # Logged once committed: a unit that is retried must not log twice.
+        for r in result.jobs:
+            log.warning(
+                "job %d (%s) attempt %d reclaimed (%s): %s",
+                r.id, r.type, r.attempt, r.reason.replace("_", " "), r.outcome,
+                extra={**job_log_fields(r.id, r.type, r.attempt, r.group),
+                       "event": "job_reclaimed", "reason": r.reason, "state": r.outcome},
+            )
+        return result
+
+    # -- control ------------------------------------------------------------------------
+
+    def cancel(self, job_id: int) -> bool:
+        """Cancel a job; see ``Queue.cancel``."""
+        return self.write(lambda conn: control.cancel(self.context, conn, job_id), what="cancel")
+
+    def retry(self, job_id: int, extra_attempts: int) -> RetryResult:
+        """Revive a failed job and what failed because of it; see ``admin.retry``."""
+        return self.write(
+            lambda conn: control.retry(self.context, conn, job_id, extra_attempts),
+            idempotent=False,
+            what="retry",
+        )
+
+    def prune(
+        self,
+        older_than: float,
+        *,
+        batch_size: int,
+        progress: Callable[[int, int], None] | None = None,
+    ) -> PruneResult:
+        """Delete finished jobs older than ``older_than`` seconds, batch by batch; see
+        ``admin.prune``."""
+        cutoff, candidates = self.read(
+            lambda conn: control.prune_candidates(self.context, conn, older_than)
+        )
+        deleted = edges = 0
+        while True:
+            below: int | None = None
+            this_pass = 0
+            while True:
+                below, n, e = self.write(
+                    lambda conn, b=below: control.prune_batch(  # type: ignore[misc]
+                        self.context, conn, cutoff, b, batch_size
+                    ),
+                    what="prune",
+                )
+                deleted += n
+                edges += e
+                this_pass += n
+                if progress is not None:
+                    progress(deleted, max(candidates, deleted))
+                if below is None:
+                    break
+            if this_pass == 0:
+                break
+        return PruneResult(
+            cutoff=cutoff, candidates=max(candidates, deleted), deleted=deleted, edges=edges
+        )
+
+    # -- reads --------------------------------------------------------------------------
+
+    def get(self, job_id: int) -> JobInfo:
+        return self.read(lambda conn: inspection.job_info(self.context, conn, job_id))
+
+    def counts(self) -> dict[str, int]:
+        """Number of jobs per state."""
+        return self.read(lambda conn: inspection.state_counts(self.context, conn))
+
+    def group_stats(self) -> dict[str, GroupStats]:
+        """Per group: claimable jobs, the longest wait among them, and jobs in flight."""
+        return self.read(lambda conn: inspection.group_stats(self.context, conn))
+
+    def status(self) -> Status:
+        """A snapshot of the queue, read in one pass with the database's clock."""
+        return self.read(lambda conn: inspection.status(self.context, conn))
+
+    def job_detail(self, job_id: int) -> JobDetail:
+        """Everything about one job: see :func:`readyq.store.inspection.job_detail`."""
+        return self.read(lambda conn: inspection.job_detail(self.context, conn, job_id))
+
+    def graph(self, job_id: int, *, max_nodes: int) -> Graph:
+        """The dependency graph around one job: see :func:`readyq.store.inspection.graph`."""
+        return self.read(lambda conn: inspection.graph(self.context, conn, job_id, max_nodes))
+
+    # -- wake-ups -----------------------------------------------------------------------
+
+    def start_listener(self, on_wake: Callable[[], None]) -> Listener:
+        """Listen for this store's wake-ups (the dialect must implement ``Notifies``)."""
+        dialect = self.dialect
+        assert isinstance(dialect, Notifies)
+        channel = self.read(lambda conn: dialect.listen_channel(conn, self.tables.prefix))
+        return dialect.start_listener(self.url, channel, on_wake)
+
+
+def info_from_row(row: Any, depends_on: tuple[int, ...]) -> JobInfo:
+    """A :class:`JobInfo` from a row of the jobs table."""
+    return inspection.info_from_row(row, depends_on)

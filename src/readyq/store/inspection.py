@@ -1,0 +1,401 @@
+"""Reads behind ``Queue.get``, the metrics gauges and the operator's views: status,
+a job's detail, the dependency graph around a job.
+
+Each is one read-only unit; none takes a lock. Instants come from the database's clock.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection
+
+from readyq.errors import JobNotFound
+from readyq.model import IN_FLIGHT_STATES, GroupStats, JobInfo, JobState, from_epoch
+from readyq.payload import decode
+from readyq.reports import (
+    INSTANTS,
+    Graph,
+    JobDetail,
+    JobRef,
+    Node,
+    OldestReady,
+    Status,
+    WorkerSeen,
+    ordered_states,
+)
+from readyq.sql.ready import runnable, state_in
+from readyq.store.context import StoreContext
+
+# IN lists are sent in chunks of this many ids (well under every database's limit).
+CHUNK = 500
+
+
+def chunks(ids: Iterable[int], size: int = CHUNK) -> Iterable[list[int]]:
+    """``ids``, sorted and without repeats, in lists of at most ``size``."""
+    items = sorted(set(ids))
+    for i in range(0, len(items), size):
+        yield items[i : i + size]
+
+
+def job_info(ctx: StoreContext, conn: Connection, job_id: int) -> JobInfo:
+    """One job as :class:`readyq.JobInfo`. Raises JobNotFound."""
+    j, d = ctx.tables.jobs, ctx.tables.deps
+    row = conn.execute(sa.select(j).where(j.c.id == job_id)).first()
+    if row is None:
+        raise JobNotFound(f"no job with id {job_id}")
+    deps = conn.execute(
+        sa.select(d.c.depends_on_id).where(d.c.job_id == job_id).order_by(d.c.depends_on_id)
+    ).scalars()
+    return info_from_row(row, tuple(int(x) for x in deps))
+
+
+def state_counts(ctx: StoreContext, conn: Connection) -> dict[str, int]:
+    """Number of jobs per state."""
+    j = ctx.tables.jobs
+    stmt = sa.select(j.c.state, sa.func.count()).group_by(j.c.state)
+    return {r[0]: int(r[1]) for r in conn.execute(stmt)}
+
+
+def group_stats(ctx: StoreContext, conn: Connection) -> dict[str, GroupStats]:
+    """Per group: claimable jobs, the longest wait among them, and jobs in flight.
+
+    Two grouped reads, one over the ready rows and one over the leased and running rows
+    (bounded by the cap); finished jobs are never read.
+    """
+    j = ctx.tables.jobs
+    now = float(conn.execute(sa.select(ctx.now)).scalar_one())
+    # As in ``status``: a ready job became claimable when it last changed, or when its
+    # run_after passed if that came later.
+    since = sa.case((j.c.run_after > j.c.updated_at, j.c.run_after), else_=j.c.updated_at)
+    ready = conn.execute(
+        sa.select(j.c.group_key, sa.func.count().label("n"), sa.func.min(since).label("since"))
+        .where(runnable(ctx.tables, sa.literal(now, sa.Double)))
+        .group_by(j.c.group_key)
+    ).all()
+    flight = {
+        r.group_key: int(r.n)
+        for r in conn.execute(
+            sa.select(j.c.group_key, sa.func.count().label("n"))
+            .where(state_in(ctx.tables, *IN_FLIGHT_STATES))
+            .group_by(j.c.group_key)
+        )
+    }
+    out = {
+        r.group_key: GroupStats(
+            group=r.group_key,
+            ready=int(r.n),
+            in_flight=flight.get(r.group_key, 0),
+            oldest_ready_age=max(0.0, now - float(r.since)),
+        )
+        for r in ready
+    }
+    for key, n in flight.items():
+        if key not in out:
+            out[key] = GroupStats(group=key, ready=0, in_flight=n, oldest_ready_age=None)
+    return dict(sorted(out.items()))
+
+
+def check_schema(ctx: StoreContext, conn: Connection) -> None:
+    """Raise SchemaNotFound unless the tables exist (reads at most one row of each)."""
+    j, gate = ctx.tables.jobs, ctx.tables.gate
+    conn.execute(sa.select(j.c.id).limit(1)).first()
+    conn.execute(sa.select(gate.c.id).limit(1)).first()
+
+
+
+def status(ctx: StoreContext, conn: Connection) -> Status:
+    """Jobs per state and per group, what is in flight, the oldest runnable job's wait,
+    and the workers holding leases (distinct ``lease_owner`` of leased/running jobs)."""
+    j = ctx.tables.jobs
+    now = float(conn.execute(sa.select(ctx.now)).scalar_one())
+    states: dict[str, int] = {}
+    groups: dict[str, dict[str, int]] = defaultdict(dict)
+    for r in conn.execute(
+        sa.select(j.c.group_key, j.c.state, sa.func.count().label("n")).group_by(
+            j.c.group_key, j.c.state
+        )
+    ):
+        states[r.state] = states.get(r.state, 0) + int(r.n)
+        groups[r.group_key][r.state] = int(r.n)
+    # A ready job became claimable when it last changed (its updated_at) or, if later,
+    # when its run_after passed.
+    since = sa.case((j.c.run_after > j.c.updated_at, j.c.run_after), else_=j.c.updated_at)
+    due = sa.and_(j.c.state == "ready", sa.or_(j.c.run_after.is_(None), j.c.run_after <= now))
+    runnable = int(conn.execute(sa.select(sa.func.count()).where(due)).scalar_one())
+    deferred = int(
+        conn.execute(
+            sa.select(sa.func.count()).where(j.c.state == "ready", j.c.run_after > now)
+        ).scalar_one()
+    )
+    oldest = None
+    row = conn.execute(
+        sa.select(j.c.id, j.c.type, j.c.group_key, since.label("since"))
+        .where(due)
+        .order_by(since, j.c.id)
+        .limit(1)
+    ).first()
+    if row is not None:
+        oldest = OldestReady(
+            id=int(row.id),
+            type=row.type,
+            group=row.group_key,
+            since=float(row.since),
+            age=max(0.0, now - float(row.since)),
+        )
+    workers = []
+    for r in conn.execute(
+        sa.select(
+            j.c.lease_owner,
+            sa.func.sum(sa.case((j.c.state == "leased", 1), else_=0)).label("leased"),
+            sa.func.sum(sa.case((j.c.state == "running", 1), else_=0)).label("running"),
+            sa.func.max(j.c.heartbeat_at).label("hb"),
+            sa.func.max(j.c.lease_expires).label("exp"),
+        )
+        .where(j.c.state.in_(IN_FLIGHT_STATES), j.c.lease_owner.is_not(None))
+        .group_by(j.c.lease_owner)
+    ):
+        hb = None if r.hb is None else float(r.hb)
+        exp = None if r.exp is None else float(r.exp)
+        workers.append(
+            WorkerSeen(
+                owner=r.lease_owner,
+                leased=int(r.leased or 0),
+                running=int(r.running or 0),
+                last_heartbeat=hb,
+                heartbeat_age=None if hb is None else max(0.0, now - hb),
+                lease_expires=exp,
+                expired=exp is not None and exp < now,
+            )
+        )
+    workers.sort(key=lambda w: (-(w.last_heartbeat or 0.0), w.owner))
+    in_flight = sum(states.get(s, 0) for s in IN_FLIGHT_STATES)
+    ordered = {k: ordered_states(v) for k, v in sorted(groups.items())}
+    return Status(
+        now=now,
+        states=ordered_states(states),
+        groups=ordered,
+        in_flight=in_flight,
+        runnable=runnable,
+        deferred=deferred,
+        oldest_ready=oldest,
+        workers=workers,
+    )
+
+
+
+def _ref(row: Any) -> JobRef:
+    return JobRef(
+        id=int(row.id), type=row.type, state=row.state, is_container=bool(row.is_container)
+    )
+
+
+def job_detail(ctx: StoreContext, conn: Connection, job_id: int) -> JobDetail:
+    """The job's fields, its dependencies with their states, its dependents, its parent
+    and (for a container) its children per state. Raises JobNotFound."""
+    t = ctx.tables
+    j, d = t.jobs, t.deps
+    now = float(conn.execute(sa.select(ctx.now)).scalar_one())
+    row = conn.execute(sa.select(j).where(j.c.id == job_id)).first()
+    if row is None:
+        raise JobNotFound(f"no job with id {job_id}")
+    m = row._mapping
+    fields: dict[str, Any] = {
+        "id": int(m["id"]),
+        "type": m["type"],
+        "state": m["state"],
+        "is_container": bool(m["is_container"]),
+        "group": m["group_key"],
+        "weight": int(m["weight"]),
+        "priority": int(m["priority"]),
+        "attempts": int(m["attempts"]),
+        "max_attempts": int(m["max_attempts"]),
+        "timeout": m["timeout"],
+        "retry_on_timeout": bool(m["retry_on_timeout"]),
+        "pending_deps": int(m["pending_deps"]),
+        "cancel_requested": bool(m["cancel_requested"]),
+        "lease_owner": m["lease_owner"],
+        "lease_token": int(m["lease_token"]),
+        "parent_id": None if m["parent_id"] is None else int(m["parent_id"]),
+        "args": decode(m["args"]),
+        "result": decode(m["result"]),
+        "error": m["error"],
+    }
+    if fields["is_container"]:
+        fields["open_children"] = int(m["open_children"])
+        fields["failed_children"] = int(m["failed_children"])
+    for name in INSTANTS:
+        value = m[name]
+        fields[name] = None if value is None else float(value)
+    cols = (j.c.id, j.c.type, j.c.state, j.c.is_container)
+    deps = [
+        _ref(r)
+        for r in conn.execute(
+            sa.select(*cols)
+            .select_from(d.join(j, j.c.id == d.c.depends_on_id))
+            .where(d.c.job_id == job_id)
+            .order_by(j.c.id)
+        )
+    ]
+    dependents = [
+        _ref(r)
+        for r in conn.execute(
+            sa.select(*cols)
+            .select_from(d.join(j, j.c.id == d.c.job_id))
+            .where(d.c.depends_on_id == job_id)
+            .order_by(j.c.id)
+        )
+    ]
+    parent = None
+    if fields["parent_id"] is not None:
+        p = conn.execute(sa.select(*cols).where(j.c.id == fields["parent_id"])).first()
+        parent = None if p is None else _ref(p)
+    children: dict[str, int] = {}
+    if fields["is_container"]:
+        children = ordered_states(
+            {
+                r.state: int(r.n)
+                for r in conn.execute(
+                    sa.select(j.c.state, sa.func.count().label("n"))
+                    .where(j.c.parent_id == job_id)
+                    .group_by(j.c.state)
+                )
+            }
+        )
+    return JobDetail(
+        fields=fields,
+        dependencies=deps,
+        dependents=dependents,
+        parent=parent,
+        children=children,
+        now=now,
+    )
+
+
+
+def graph(ctx: StoreContext, conn: Connection, job_id: int, max_nodes: int) -> Graph:
+    """The graph around ``job_id`` (see :class:`readyq.reports.Graph`), at most
+    ``max_nodes`` jobs. Raises JobNotFound."""
+    t = ctx.tables
+    j, d = t.jobs, t.deps
+    node_cols = (j.c.id, j.c.type, j.c.state, j.c.is_container, j.c.parent_id, j.c.group_key)
+
+    def node(r: Any) -> Node:
+        return Node(
+            id=int(r.id),
+            type=r.type,
+            state=r.state,
+            is_container=bool(r.is_container),
+            parent_id=None if r.parent_id is None else int(r.parent_id),
+            group=r.group_key,
+        )
+
+    row = conn.execute(sa.select(*node_cols).where(j.c.id == job_id)).first()
+    if row is None:
+        raise JobNotFound(f"no job with id {job_id}")
+    g = Graph(root=job_id)
+    g.nodes[job_id] = node(row)
+
+    def fetch(ids: Iterable[int]) -> None:
+        for chunk in chunks(i for i in ids if i not in g.nodes):
+            for r in conn.execute(sa.select(*node_cols).where(j.c.id.in_(chunk))):
+                g.nodes[int(r.id)] = node(r)
+
+    def admit(candidates: Iterable[int], seen: set[int]) -> list[int]:
+        fresh = []
+        new_nodes = 0
+        for c in sorted(set(candidates)):
+            if c in seen:
+                continue
+            if c not in g.nodes:
+                if len(g.nodes) + new_nodes >= max_nodes:
+                    g.truncated = True
+                    continue
+                new_nodes += 1
+            seen.add(c)
+            fresh.append(c)
+        fetch(fresh)
+        return fresh
+
+    # Upstream: dependencies, and the children of containers.
+    seen_up = {job_id}
+    frontier = [job_id]
+    while frontier:
+        found: list[int] = []
+        for chunk in chunks(frontier):
+            found += [
+                int(x)
+                for x in conn.execute(
+                    sa.select(d.c.depends_on_id).where(d.c.job_id.in_(chunk))
+                ).scalars()
+            ]
+            containers = [i for i in chunk if g.nodes[i].is_container]
+            for part in chunks(containers):
+                found += [
+                    int(x)
+                    for x in conn.execute(
+                        sa.select(j.c.id).where(j.c.parent_id.in_(part))
+                    ).scalars()
+                ]
+        frontier = admit(found, seen_up)
+    g.upstream = seen_up - {job_id}
+
+    # Downstream: dependents, and the containers jobs belong to.
+    seen_down = {job_id}
+    frontier = [job_id]
+    while frontier:
+        found = []
+        for chunk in chunks(frontier):
+            found += [
+                int(x)
+                for x in conn.execute(
+                    sa.select(d.c.job_id).where(d.c.depends_on_id.in_(chunk))
+                ).scalars()
+            ]
+        found += [
+            parent for i in frontier if (parent := g.nodes[i].parent_id) is not None
+        ]
+        frontier = admit(found, seen_down)
+    g.downstream = seen_down - {job_id}
+
+    # Every edge between the nodes shown, also those no walk crossed.
+    ids = sorted(g.nodes)
+    for chunk in chunks(ids):
+        for r in conn.execute(
+            sa.select(d.c.depends_on_id, d.c.job_id).where(
+                d.c.job_id.in_(chunk), d.c.depends_on_id.in_(ids)
+            )
+        ):
+            g.deps.add((int(r.depends_on_id), int(r.job_id)))
+    for n in g.nodes.values():
+        if n.parent_id is not None and n.parent_id in g.nodes:
+            g.contains.add((n.parent_id, n.id))
+    return g
+
+
+def info_from_row(row: Any, depends_on: tuple[int, ...]) -> JobInfo:
+    return JobInfo(
+        id=int(row.id),
+        type=row.type,
+        state=JobState(row.state),
+        args=decode(row.args),
+        result=decode(row.result),
+        error=row.error,
+        attempts=int(row.attempts),
+        max_attempts=int(row.max_attempts),
+        group=row.group_key,
+        weight=int(row.weight),
+        priority=int(row.priority),
+        parent_id=None if row.parent_id is None else int(row.parent_id),
+        is_container=bool(row.is_container),
+        depends_on=depends_on,
+        created_at=from_epoch(row.created_at),
+        run_after=from_epoch(row.run_after),
+        started_at=from_epoch(row.started_at),
+        finished_at=from_epoch(row.finished_at),
+        lease_owner=row.lease_owner,
+        unique_key=row.unique_key,
+    )

@@ -1,0 +1,121 @@
+"""The records the store's units exchange with their callers.
+
+New jobs on their way in; how an attempt ended, on its way back from a worker; the fence
+of a claimed job; what a sweep did. Plain tuples and frozen dataclasses, no behaviour.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import Enum
+from typing import NamedTuple
+
+from readyq.model import ClaimedJob
+
+
+class NewJob(NamedTuple):
+    """A validated job, ready to insert."""
+
+    type: str
+    args_json: str
+    group: str = "default"
+    weight: int = 1
+    priority: int = 0
+    max_attempts: int = 3
+    timeout: float | None = None
+    run_after_at: float | None = None
+    run_after_delay: float | None = None
+    depends_on: tuple[int, ...] = ()
+    parent: int | None = None
+    is_container: bool = False
+    unique_key: str | None = None
+
+
+class BatchJob(NamedTuple):
+    """A job of a batch: ``job`` plus references to other jobs of the same batch.
+
+    ``deps_in_batch`` and ``parent_in_batch`` are positions in the batch; the batch is
+    ordered so that they always point to earlier positions.
+    """
+
+    job: NewJob
+    deps_in_batch: tuple[int, ...] = ()
+    parent_in_batch: int | None = None
+
+
+class OutcomeKind(str, Enum):
+    """How an attempt ended, as its worker reports it."""
+
+    DONE = "done"
+    """The handler returned; ``result_json`` holds its result."""
+    RETRY = "retry"
+    """The handler raised with attempts left: ready again after ``delay`` seconds."""
+    FAIL = "fail"
+    """The handler raised on its last attempt: the job fails."""
+    CANCEL = "cancel"
+    """The job was cancelled while it ran: it ends cancelled."""
+    RELEASE = "release"
+    """Handed back unrun by a stopping worker; the attempt is not charged."""
+
+    def __str__(self) -> str:
+        return self.value
+
+
+class Outcome(NamedTuple):
+    """How one attempt ended."""
+
+    job: ClaimedJob
+    kind: OutcomeKind
+    result_json: str | None = None
+    error: str | None = None
+    delay: float = 0.0
+    # Seconds the handler ran, and the class name of what it raised: for logs and metrics.
+    duration: float = 0.0
+    error_type: str | None = None
+
+
+class Lease(NamedTuple):
+    """The fence of one claimed job: its id and the token its claim drew."""
+
+    id: int
+    token: int
+
+
+@dataclass(frozen=True)
+class LeaseStatus:
+    """What a heartbeat learned about one job."""
+
+    lost: bool
+    cancel_requested: bool
+
+
+@dataclass(frozen=True)
+class ReclaimedJob:
+    """One attempt ended by a sweep: ``outcome`` is retried, failed or cancelled and
+    ``reason`` is ``timeout`` or ``lease_expired``."""
+
+    id: int
+    type: str
+    attempt: int
+    group: str
+    outcome: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class ReclaimResult:
+    """What one sweep of expired leases and passed deadlines did."""
+
+    retried: int = 0
+    failed: int = 0
+    timed_out: int = 0
+    cancelled: int = 0
+    jobs: tuple[ReclaimedJob, ...] = ()
+
+    @property
+    def total(self) -> int:
+        return self.retried + self.failed + self.cancelled
+
+
+# (job id, lease token) -> whether the outcome was recorded (False: fenced out).
+Applied = dict[tuple[int, int], bool]

@@ -1,0 +1,349 @@
+"""The dialect seam's conformance suite: every operation of :class:`readyq.dialects.Dialect`
+called directly on each live database, with the same assertions for all three.
+
+Each test opens its own transaction on a fresh schema, runs one operation (or the few it
+needs to set the stage) and checks what it did to the rows. A new database's dialect
+passes when this module does; a new seam operation gets its test here.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import sqlalchemy as sa
+
+import readyq
+from readyq.dialects import (
+    ClaimRequest,
+    Dialect,
+    Notifies,
+    Progress,
+    RecordsProgressInClaim,
+    dialect_class,
+)
+from readyq.model import JobState
+from readyq.schema import GATE_ID, Tables
+from readyq.store import NewJob, StoreContext
+from readyq.store.enqueue import row_values
+
+OWNER = "conformance"
+TTL = 30.0
+
+# Every public method of the seam; the last test checks that each one has a test here.
+COVERED = {
+    "engine_options", "session_statements", "database_file", "prepare_engine",
+    "prepare_connection", "check_server", "cached", "execute", "begin_write",
+    "pin_index_order", "now", "insert_job_rows", "insert_edges", "dependents_of",
+    "release_dependents", "any_runnable", "any_unfinished", "ready_groups",
+    "runnable_counts", "in_flight", "in_flight_and_history", "claim_jobs",
+    "record_progress", "start_leased", "extend_leases", "hand_back", "lease_rows",
+    "mark_done", "error_code", "is_retryable", "is_disconnect", "is_missing_table",
+    "is_permanent", "database",
+}
+
+
+class Seam:
+    """A fresh schema, its dialect and a connection with a write transaction open."""
+
+    def __init__(self, queue: readyq.Queue, conn: sa.Connection) -> None:
+        self.ctx: StoreContext = queue.store.context
+        self.d: Dialect = self.ctx.dialect
+        self.t: Tables = self.ctx.tables
+        self.now = self.ctx.now
+        self.conn = conn
+
+    def add(self, n: int = 1, *, group: str = "g", type: str = "t", weight: int = 1,
+            state: JobState = JobState.READY, pending: int = 0) -> list[int]:
+        job = NewJob(type, "{}", group, weight)
+        rows = [row_values(job, state, pending, None, None, 0) for _ in range(n)]
+        return self.d.insert_job_rows(self.conn, self.t, rows, self.now)
+
+    def row(self, job_id: int) -> Any:
+        j = self.t.jobs
+        return self.conn.execute(sa.select(j).where(j.c.id == job_id)).one()
+
+    def claim(self, limit: int = 10, *, group: str = "g", start: bool = True) -> list[Any]:
+        req = ClaimRequest(OWNER, group, limit, TTL, ["t"],
+                           {"t": (None, True)} if start else None)
+        return self.d.claim_jobs(self.conn, self.t, [req], self.now)
+
+
+@pytest.fixture
+def seam(queue: readyq.Queue) -> Iterator[Seam]:
+    with queue.engine.connect() as conn:
+        s = Seam(queue, conn)
+        s.d.begin_write(conn)
+        try:
+            yield s
+        finally:
+            conn.rollback()
+
+
+# -- engine, statements, time ------------------------------------------------------------
+
+
+def test_engine_facts(queue: readyq.Queue, db: str) -> None:
+    url = sa.make_url(db)
+    cls = dialect_class(url.get_backend_name())
+    assert isinstance(cls.engine_options(), dict)
+    assert all(isinstance(s, str) for s in cls.session_statements(queue.engine.dialect, 5.0))
+    d = queue.store.dialect
+    assert d.database in ("sqlite", "postgresql", "mysql", "mariadb")
+    assert d.database == queue.database
+    path = cls.database_file(url)
+    assert (path is not None) == (d.database == "sqlite")
+    d.check_server()  # the test servers are supported: no error
+    assert d.prepare_engine(queue.engine, owned=False) is not None
+    with queue.engine.connect() as conn:
+        d.prepare_connection(conn.connection.dbapi_connection)  # idempotent set-up
+        assert conn.execute(sa.select(sa.literal(1))).scalar_one() == 1
+
+
+def test_cached_builds_once_and_execute_runs_it(seam: Seam) -> None:
+    built: list[int] = []
+
+    def build() -> sa.Select[Any]:
+        built.append(1)
+        return sa.select(sa.bindparam("x", type_=sa.Integer) + 1)
+
+    first = seam.d.cached(("conformance", 1), build)
+    assert seam.d.cached(("conformance", 1), build) is first
+    assert built == [1]
+    assert seam.d.execute(seam.conn, first, {"x": 41}).scalar() == 42
+
+
+def test_now_is_the_servers_clock_in_epoch_seconds(seam: Seam) -> None:
+    import time
+
+    now = float(seam.conn.execute(sa.select(seam.d.now())).scalar_one())
+    assert abs(now - time.time()) < 5  # the servers run on this host
+
+
+def test_pin_index_order_keeps_the_transaction_usable(seam: Seam) -> None:
+    seam.d.pin_index_order(seam.conn)
+    assert seam.conn.execute(sa.select(sa.literal(1))).scalar_one() == 1
+
+
+# -- enqueue and the graph ---------------------------------------------------------------
+
+
+def test_insert_job_rows_returns_ids_in_order(seam: Seam) -> None:
+    for n in (1, 3, 60):  # PostgreSQL loads 50 rows or more its own way
+        ids = seam.add(n)
+        assert len(ids) == n and ids == sorted(ids) and len(set(ids)) == n
+        assert seam.row(ids[-1]).state == "ready"
+
+
+def test_insert_edges_and_dependents_of(seam: Seam) -> None:
+    a, b = seam.add(2)
+    c = seam.add(1, state=JobState.WAITING, pending=1)[0]
+    many = seam.add(30, state=JobState.WAITING, pending=2)
+    seam.d.insert_edges(seam.conn, seam.t, [{"job_id": c, "depends_on_id": a}])
+    # 60 edges: PostgreSQL inserts 50 or more its own way.
+    seam.d.insert_edges(seam.conn, seam.t, [{"job_id": x, "depends_on_id": y}
+                                            for x in many for y in (a, b)])
+    assert seam.d.dependents_of(seam.conn, seam.t, [a, b]) == Counter(
+        {c: 1, **{x: 2 for x in many}})
+    assert seam.d.dependents_of(seam.conn, seam.t, [c]) == Counter()
+
+
+def test_release_dependents_counts_down_and_readies_at_zero(seam: Seam) -> None:
+    one, two = seam.add(2, state=JobState.WAITING, pending=2)
+    seam.d.release_dependents(seam.conn, seam.t, {1: [one], 2: [two]}, seam.now, None)
+    assert (seam.row(one).state, seam.row(one).pending_deps) == ("waiting", 1)
+    assert (seam.row(two).state, seam.row(two).pending_deps) == ("ready", 0)
+
+
+# -- reads of the ready set --------------------------------------------------------------
+
+
+def test_any_runnable_and_any_unfinished(seam: Seam) -> None:
+    for types in (None, ["t"], ["t", "u"], ["u"]):
+        assert not seam.d.any_runnable(seam.conn, seam.t, seam.now, types)
+        assert not seam.d.any_unfinished(seam.conn, seam.t, types)
+    seam.add(1, state=JobState.WAITING, pending=1)
+    assert seam.d.any_unfinished(seam.conn, seam.t, ["t"])
+    assert not seam.d.any_runnable(seam.conn, seam.t, seam.now, ["t"])
+    seam.add(1)
+    for types in (None, ["t"], ["t", "u"]):
+        assert seam.d.any_runnable(seam.conn, seam.t, seam.now, types)
+    assert not seam.d.any_runnable(seam.conn, seam.t, seam.now, ["u"])
+    assert not seam.d.any_unfinished(seam.conn, seam.t, ["u"])
+
+
+def test_ready_groups_and_runnable_counts(seam: Seam) -> None:
+    seam.add(5, group="a", weight=2)
+    seam.add(1, group="b", weight=7)
+    seam.add(1, group="c", state=JobState.WAITING, pending=1)
+    assert sorted(seam.d.ready_groups(seam.conn, seam.t, ["t"])) == ["a", "b"]
+    for with_history in (False, True):
+        counts, history = seam.d.runnable_counts(
+            seam.conn, seam.t, seam.now, ["t"], 3, with_history=with_history
+        )
+        assert counts == {"a": (3, 2), "b": (1, 7)}  # counted up to the cap of 3
+        assert history == {}
+    g = seam.t.groups
+    seam.conn.execute(sa.insert(g).values(group_key="a", vfinish=1.5, served_seq=4))
+    _, history = seam.d.runnable_counts(seam.conn, seam.t, seam.now, ["t"], 3,
+                                        with_history=True)
+    assert history == {"a": (1.5, 4)}
+
+
+def test_in_flight_and_history(seam: Seam) -> None:
+    seam.add(2, group="a", weight=3)
+    seam.add(1, group="b")
+    seam.claim(group="a")
+    seam.conn.execute(sa.insert(seam.t.groups).values(group_key="b", vfinish=2.0, served_seq=1))
+    assert seam.d.in_flight(seam.conn, seam.t) == {"a": (2, 3)}
+    flight, history = seam.d.in_flight_and_history(seam.conn, seam.t, ["a", "b"])
+    assert flight == {"a": (2, 3)} and history == {"b": (2.0, 1)}
+    many = [f"k{i}" for i in range(40)]  # beyond the per-group parameters
+    assert seam.d.in_flight_and_history(seam.conn, seam.t, many)[1] == {}
+
+
+# -- the claim ---------------------------------------------------------------------------
+
+
+def test_claim_jobs_leases_in_claim_order_with_a_new_token(seam: Seam) -> None:
+    ids = seam.add(3)
+    claimed = seam.claim(2, start=False)
+    assert [c.id for c in claimed] == ids[:2]
+    assert all(c.attempt == 1 and c.lease_token == 1 for c in claimed)
+    row = seam.row(ids[0])
+    assert (row.state, row.lease_owner, row.lease_token, row.attempts) == (
+        "leased", OWNER, 1, 1)
+    started = seam.claim(5)
+    assert [c.id for c in started] == ids[2:] and seam.row(ids[2]).state == "running"
+
+
+def test_claim_jobs_for_several_groups_in_one_call(seam: Seam) -> None:
+    seam.add(3, group="a")
+    seam.add(3, group="b")
+    reqs = [ClaimRequest(OWNER, "a", 2, TTL, ["t"]), ClaimRequest(OWNER, "b", 1, TTL, ["t"])]
+    claimed = seam.d.claim_jobs(seam.conn, seam.t, reqs, seam.now)
+    assert Counter(c.group for c in claimed) == {"a": 2, "b": 1}
+
+
+def test_record_progress_inserts_and_updates(seam: Seam) -> None:
+    g, gate = seam.t.groups, seam.t.gate
+    seam.d.record_progress(seam.conn, seam.t, Progress([("a", 1.0, 1)], set(), 5.0, 9))
+    seam.d.record_progress(
+        seam.conn, seam.t, Progress([("a", 2.0, 2), ("b", 3.0, 3)], {"a"}, 6.0, 10)
+    )
+    rows = dict(seam.conn.execute(sa.select(g.c.group_key, g.c.vfinish)).all())
+    assert rows == {"a": 2.0, "b": 3.0}
+    assert seam.conn.execute(
+        sa.select(gate.c.vclock, gate.c.seq).where(gate.c.id == GATE_ID)
+    ).one() == (6.0, 10)
+
+
+def test_claim_jobs_recording_where_the_database_can(seam: Seam) -> None:
+    if not isinstance(seam.d, RecordsProgressInClaim):
+        pytest.skip(f"{seam.d.database} records the progress with a statement of its own")
+    seam.add(2, group="a")
+    receipt = seam.d.claim_jobs_recording(
+        seam.conn, seam.t, [ClaimRequest(OWNER, "a", 2, TTL, ["t"])], seam.now,
+        Progress([("a", 4.0, 2)], set(), 7.0, 3),
+    )
+    assert receipt.claimed == 2 and len(receipt.read()) == 2
+    g = seam.t.groups
+    assert seam.conn.execute(sa.select(g.c.vfinish)).scalar_one() == 4.0
+
+
+# -- leases ------------------------------------------------------------------------------
+
+
+def test_start_extend_and_read_leases_are_fenced(seam: Seam) -> None:
+    seam.add(2)
+    a, b = seam.claim(2, start=False)
+    moved = seam.d.start_leased(seam.conn, seam.t, OWNER, [(a.id, a.lease_token),
+                                (b.id, b.lease_token + 1)], seam.now,
+                                timeout=5.0, retry_on_timeout=False)
+    assert moved == 1  # b's token is wrong: fenced out
+    ra = seam.row(a.id)
+    assert ra.state == "running" and ra.deadline is not None and not ra.retry_on_timeout
+    before = ra.lease_expires
+    seam.d.extend_leases(seam.conn, seam.t, OWNER, [(a.id, a.lease_token)], 600.0, seam.now)
+    seam.d.extend_leases(seam.conn, seam.t, "someone else", [(b.id, b.lease_token)], 600.0,
+                         seam.now)
+    assert seam.row(a.id).lease_expires > before + 500
+    assert seam.row(b.id).lease_expires < before + 500
+    rows = {r.id: r for r in seam.d.lease_rows(seam.conn, seam.t, [a.id, b.id])}
+    assert (rows[a.id].state, rows[a.id].lease_owner, rows[a.id].lease_token) == (
+        "running", OWNER, a.lease_token)
+    assert rows[b.id].state == "leased" and not rows[b.id].cancel_requested
+
+
+def test_hand_back_puts_jobs_back_uncharged(seam: Seam) -> None:
+    a, b = seam.add(2)
+    claimed = seam.claim(2)
+    j = seam.t.jobs
+    seam.conn.execute(sa.update(j).where(j.c.id == b).values(cancel_requested=True))
+    pairs = [(c.id, c.lease_token) for c in claimed]
+    assert seam.d.hand_back(seam.conn, seam.t, OWNER, pairs, seam.now) == 1
+    assert (seam.row(a).state, seam.row(a).attempts) == ("ready", 0)
+    assert seam.row(b).state == "running"  # a cancel was asked: left to the sweep
+
+
+def test_mark_done_fences_each_row_and_reads_the_dependents(seam: Seam) -> None:
+    a, b = seam.add(2)
+    dependent = seam.add(1, state=JobState.WAITING, pending=2)[0]
+    seam.d.insert_edges(seam.conn, seam.t, [{"job_id": dependent, "depends_on_id": x}
+                                            for x in (a, b)])
+    ca, cb = seam.claim(2)
+    marked = seam.d.mark_done(seam.conn, seam.t, OWNER,
+                              [(ca.id, ca.lease_token, json.dumps({"r": 1})),
+                               (cb.id, cb.lease_token, "null")], seam.now)
+    assert marked.marked == 2 and marked.dependents == Counter({dependent: 2})
+    assert seam.row(a).state == "done" and json.loads(seam.row(a).result) == {"r": 1}
+    again = seam.d.mark_done(seam.conn, seam.t, OWNER, [(ca.id, ca.lease_token, "1")],
+                             seam.now)
+    assert again.marked == 0 and again.dependents is None  # no longer running: fenced
+
+
+# -- errors ------------------------------------------------------------------------------
+
+
+def test_error_classification(queue: readyq.Queue) -> None:
+    d = queue.store.dialect
+    with queue.engine.connect() as conn:
+        with pytest.raises(sa.exc.DBAPIError) as missing:
+            conn.execute(sa.text("SELECT * FROM readyq_no_such_table"))
+        conn.rollback()
+        with pytest.raises(sa.exc.DBAPIError) as column:
+            conn.execute(sa.text("SELECT no_such_column FROM readyq_jobs"))
+        conn.rollback()
+    assert d.is_missing_table(missing.value)
+    assert d.is_permanent(column.value)
+    assert d.error_code(column.value) is not None
+    assert not d.is_retryable(column.value) and not d.is_disconnect(column.value)
+
+
+# -- optional abilities ------------------------------------------------------------------
+
+
+def test_notifications_where_the_database_has_them(queue: readyq.Queue) -> None:
+    d = queue.store.dialect
+    assert isinstance(d, Notifies) == d.capabilities.listen_notify
+    if not isinstance(d, Notifies):
+        pytest.skip(f"{d.database} has no notifications")
+    notifier = d.ready_notifier(queue.prefix)
+    with queue.engine.connect() as conn:
+        channel = d.listen_channel(conn, queue.prefix)
+        assert channel.startswith(f"{queue.prefix}wake_")
+        notifier.send(conn)  # delivered at commit, dropped on this rollback
+        conn.rollback()
+
+
+def test_every_seam_operation_has_a_test_here() -> None:
+    public = {
+        name for name in dir(Dialect)
+        if not name.startswith("_") and name not in ("name", "capabilities", "table_traits",
+                                                     "retryable_codes", "missing_table_codes",
+                                                     "permanent_codes")
+    }
+    assert public == COVERED

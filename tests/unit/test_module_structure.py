@@ -1,0 +1,125 @@
+"""The package's structure: no import cycles between readyq's modules, no unit reading
+another module's underscore names, and no test of which database readyq runs on outside
+``readyq.dialects`` and the DDL (``readyq.schema``, ``readyq.migrations``)."""
+
+from __future__ import annotations
+
+import ast
+import re
+from pathlib import Path
+
+import readyq
+
+PACKAGE = Path(readyq.__file__).parent
+
+
+def _module_name(path: Path) -> str:
+    parts = list(path.relative_to(PACKAGE.parent).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def _modules() -> dict[str, ast.Module]:
+    return {_module_name(p): ast.parse(p.read_text()) for p in PACKAGE.rglob("*.py")}
+
+
+def _in_type_checking(node: ast.AST, parents: dict[ast.AST, ast.AST]) -> bool:
+    while node in parents:
+        node = parents[node]
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            return True
+    return False
+
+
+def _imports(name: str, tree: ast.Module, known: set[str]) -> set[str]:
+    """The readyq modules ``name`` imports, at module level or inside functions, but not
+    under ``if TYPE_CHECKING``."""
+    parents = {child: node for node in ast.walk(tree) for child in ast.iter_child_nodes(node)}
+    package = name if name in known and (PACKAGE / Path(*name.split(".")[1:]) / "__init__.py"
+                                         ).exists() else name.rpartition(".")[0]
+    found: set[str] = set()
+    for node in ast.walk(tree):
+        if _in_type_checking(node, parents):
+            continue
+        targets: list[str] = []
+        if isinstance(node, ast.Import):
+            targets = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                up = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join([*up, base] if base else up)
+            targets = [base] + [f"{base}.{a.name}" for a in node.names]
+        for target in targets:
+            # The deepest readyq module the name refers to.
+            while target and target not in known:
+                target = target.rpartition(".")[0]
+            if target and target != name:
+                found.add(target)
+    return found
+
+
+def test_no_import_cycles() -> None:
+    modules = _modules()
+    known = set(modules)
+    graph = {name: _imports(name, tree, known) for name, tree in modules.items()}
+    # A package imports its submodules' parent by definition; only real edges count.
+    for name in graph:
+        graph[name] = {m for m in graph[name] if not name.startswith(m + ".")}
+    cycles: list[list[str]] = []
+    state: dict[str, int] = {}
+
+    def visit(node: str, path: list[str]) -> None:
+        state[node] = 1
+        for nxt in sorted(graph[node]):
+            if state.get(nxt) == 1:
+                cycles.append([*path[path.index(nxt):], nxt])
+            elif nxt not in state:
+                visit(nxt, [*path, nxt])
+        state[node] = 2
+
+    for name in sorted(graph):
+        if name not in state:
+            visit(name, [name])
+    assert cycles == [], "import cycles:\n" + "\n".join(" -> ".join(c) for c in cycles)
+
+
+# Underscore names that are public API: named tuples' methods, SQLAlchemy rows' mapping.
+PUBLIC_UNDERSCORE = {"_make", "_replace", "_asdict", "_fields", "_mapping"}
+
+
+def test_no_unit_reads_another_objects_underscore_names() -> None:
+    """``x._name`` only on ``self``, ``cls`` or ``super()``."""
+    offenders = []
+    for path in PACKAGE.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if (
+                isinstance(node, ast.Attribute)
+                and node.attr.startswith("_")
+                and not node.attr.startswith("__")
+                and node.attr not in PUBLIC_UNDERSCORE
+            ):
+                root = ast.unparse(node.value)
+                if root not in ("self", "cls") and not root.startswith("super()"):
+                    where = f"{path.relative_to(PACKAGE)}:{node.lineno}"
+                    offenders.append(f"{where} {root}.{node.attr}")
+    assert offenders == []
+
+
+DATABASE_TEST = re.compile(
+    r"""(\.name|get_backend_name\(\)|dialect\.database)\s*(==|!=|in)\s*[\('"]"""
+    r"""|["'](sqlite|postgresql|mysql|mariadb)["']\s*(==|!=|in)"""
+)
+
+
+def test_no_database_name_tests_outside_the_dialects_and_the_ddl() -> None:
+    offenders = []
+    for path in PACKAGE.rglob("*.py"):
+        rel = path.relative_to(PACKAGE).as_posix()
+        if rel.startswith(("dialects/", "migrations/")) or rel == "schema.py":
+            continue
+        for n, line in enumerate(path.read_text().splitlines(), 1):
+            if DATABASE_TEST.search(line):
+                offenders.append(f"{rel}:{n}: {line.strip()}")
+    assert offenders == []
