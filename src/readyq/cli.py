@@ -503,6 +503,17 @@ def cmd_enqueue(args: argparse.Namespace) -> int:
     owned = args.app is None
     if not owned:
         queue = _load_app(args.app)
+        handled = queue.handlers
+        # The queue refuses unknown types only once it has handlers; the app is named to
+        # check the job against them, so an app without any (or without this type) is
+        # refused here too. Containers have no handler.
+        if not args.container and args.type not in handled:
+            registered = ", ".join(sorted(handled)) or "none"
+            raise CLIError(
+                f"no handler for job type {args.type!r} in --app {args.app} (registered: "
+                f"{registered}); nothing was enqueued",
+                code=2,
+            )
         if getattr(args, "db", None) or args.db_global:
             print(
                 "readyq: note: --db is ignored with --app; the app's queue uses its own URL",
