@@ -17,6 +17,11 @@ from typing import Any
 from readyq.errors import ReadyqError
 
 DEFAULT_DB = "sqlite:///readyq.db"
+# The demo's own defaults (readyq.demo.DEFAULT_DB and DEFAULT_PREFIX, not imported here so
+# that the parser stays cheap to build): it drops and recreates its tables, so by default
+# they are apart from an application's.
+DEMO_DB = "sqlite:///readyq-demo.db"
+DEMO_PREFIX = "readyq_demo_"
 STATE_STYLES = {
     "waiting": "bright_black",
     "ready": "cyan",
@@ -84,12 +89,21 @@ def _parser() -> argparse.ArgumentParser:
         help="run a small pipeline end to end and check it",
         description="Run a DAG pipeline (fetch → parse → a container of transforms for two "
         "tenants weighted 3:1 → report) under a global cap, then check dependency order, "
-        "the cap and the tenants' slot-time shares from the database.",
+        "the cap and the tenants' slot-time shares from the database. The demo drops and "
+        "recreates the tables of its prefix, and refuses a prefix whose tables hold jobs it "
+        "did not make. It prints the `readyq status` command that finds its tables.",
     )
     demo.add_argument(
         "--db",
-        default=os.environ.get("READYQ_DATABASE_URL", "sqlite:///readyq-demo.db"),
-        help="database URL (default: an SQLite file readyq-demo.db; env READYQ_DATABASE_URL)",
+        default=argparse.SUPPRESS,
+        metavar="URL",
+        help=f"database URL (env READYQ_DATABASE_URL; default {DEMO_DB})",
+    )
+    demo.add_argument(
+        "--prefix",
+        default=argparse.SUPPRESS,
+        metavar="PREFIX",
+        help=f"table prefix (default {DEMO_PREFIX})",
     )
     demo.add_argument("--workers", type=int, default=3, help="worker loops (default 3)")
     demo.add_argument("--cap", type=int, default=4, help="global concurrency cap (default 4)")
@@ -421,6 +435,34 @@ def _when(epoch: float | None, now: float) -> str:
 
 
 # -- commands --------------------------------------------------------------------------------
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    from readyq.demo import foreign_jobs, run_demo
+
+    if args.workers < 1 or args.cap < 1 or args.chunks < 4:
+        raise CLIError("--workers and --cap must be at least 1, --chunks at least 4", code=2)
+    url = str(
+        getattr(args, "db", None)
+        or args.db_global
+        or os.environ.get("READYQ_DATABASE_URL")
+        or DEMO_DB
+    )
+    prefix = str(getattr(args, "prefix", None) or args.prefix_global or DEMO_PREFIX)
+    _parse_url(url)
+    found = foreign_jobs(url, prefix)
+    if found:
+        # The demo starts by dropping its tables: never those of an application.
+        raise CLIError(
+            f"the tables with prefix {prefix} hold {found} job(s) that the demo did not "
+            "make; the demo drops its tables first, so give it another --prefix (default "
+            f"{DEMO_PREFIX}) or another --db"
+        )
+    report = run_demo(
+        url, prefix=prefix, workers=args.workers, cap=args.cap, chunks=args.chunks,
+        console=_console(),
+    )
+    return 0 if report.ok else 1
 
 
 def cmd_migrate(args: argparse.Namespace) -> int:
@@ -1056,6 +1098,7 @@ def cmd_top(args: argparse.Namespace) -> int:
 
 
 COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
+    "demo": cmd_demo,
     "migrate": cmd_migrate,
     "enqueue": cmd_enqueue,
     "worker": cmd_worker,
@@ -1120,13 +1163,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
     try:
-        if args.command == "demo":
-            from readyq.demo import run_demo
-
-            if args.workers < 1 or args.cap < 1 or args.chunks < 4:
-                raise SystemExit("readyq: --workers and --cap must be >= 1, --chunks >= 4")
-            report = run_demo(args.db, workers=args.workers, cap=args.cap, chunks=args.chunks)
-            return 0 if report.ok else 1
         return _run(args)
     except ReadyqError as exc:
         print(f"readyq: {exc}", file=sys.stderr)
