@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import argparse
+import errno
+import functools
 import importlib
 import json
 import logging
@@ -39,7 +41,13 @@ EPILOG = """\
 The database is --db URL, else $READYQ_DATABASE_URL, else sqlite:///readyq.db; --db and
 --prefix may go before or after the command. Exit status: 0 done, 1 the operation could
 not be done (missing job or schema, job not retryable, database error), 2 bad usage (bad
-arguments, JSON, URL or option values), 130 interrupted."""
+arguments, JSON, URL or option values), 130 interrupted, 141 the reader of the output
+went away (e.g. piped into head)."""
+# What a shell reports for a process killed by SIGPIPE (128 + 13). Python ignores SIGPIPE,
+# so a closed stdout is a BrokenPipeError instead of that death; exiting with the same
+# status keeps `set -o pipefail` scripts seeing what they see from cat or grep. Exit 1
+# (the Python docs' example) would read as "the operation could not be done" here.
+EXIT_BROKEN_PIPE = 141
 
 
 class CLIError(Exception):
@@ -391,10 +399,23 @@ def _open(args: argparse.Namespace, *, create: bool = False) -> Any:
         raise CLIError(f"cannot load the driver for {url.drivername!r}: {exc}", code=2) from None
 
 
-def _console(stderr: bool = False) -> Any:
+@functools.cache
+def _console_class() -> Any:
     from rich.console import Console
 
-    return Console(stderr=stderr, highlight=False)
+    class PipeConsole(Console):
+        """A rich Console that lets a closed pipe reach main(): rich itself would exit
+        with status 1, and every command gets the same quiet exit there instead."""
+
+        def on_broken_pipe(self) -> None:
+            self.quiet = True
+            raise BrokenPipeError(errno.EPIPE, os.strerror(errno.EPIPE))
+
+    return PipeConsole
+
+
+def _console(stderr: bool = False) -> Any:
+    return _console_class()(stderr=stderr, highlight=False)
 
 
 def _print_json(data: Any) -> None:
@@ -1157,6 +1178,35 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """Run ``readyq`` with ``argv`` (default ``sys.argv[1:]``); return the exit status."""
+    try:
+        try:
+            return _main(argv)
+        finally:
+            # Output still buffered is written here, so a closed pipe is met inside this
+            # handler and not at interpreter exit (where it would print an ignored error).
+            sys.stdout.flush()
+    except BrokenPipeError:
+        # stdout's: the database drivers report a broken socket as their own errors.
+        _discard_stdout()
+        return EXIT_BROKEN_PIPE
+
+
+def _discard_stdout() -> None:
+    """Point stdout at /dev/null, as the Python docs advise for SIGPIPE: the interpreter
+    flushes stdout again on exit, which would fail once more on the closed pipe."""
+    try:
+        fd = sys.stdout.fileno()
+    except (AttributeError, OSError, ValueError):
+        return  # not a real file (a test's capture): nothing to flush at exit
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, fd)
+    finally:
+        os.close(devnull)
+
+
+def _main(argv: Sequence[str] | None) -> int:
     args = _parser().parse_args(argv)
     logging.basicConfig(
         level=logging.INFO if args.verbose else logging.WARNING,
