@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import argparse
+import errno
+import functools
 import importlib
 import json
 import logging
@@ -17,6 +19,11 @@ from typing import Any
 from readyq.errors import ReadyqError
 
 DEFAULT_DB = "sqlite:///readyq.db"
+# The demo's own defaults (readyq.demo.DEFAULT_DB and DEFAULT_PREFIX, not imported here so
+# that the parser stays cheap to build): it drops and recreates its tables, so by default
+# they are apart from an application's.
+DEMO_DB = "sqlite:///readyq-demo.db"
+DEMO_PREFIX = "readyq_demo_"
 STATE_STYLES = {
     "waiting": "bright_black",
     "ready": "cyan",
@@ -30,11 +37,21 @@ STATE_STYLES = {
 }
 PROGRESS_THRESHOLD = 1000
 
+DESCRIPTION = """\
+Operate readyq, a database-backed, dependency-aware job scheduler: create its tables,
+add jobs, run workers, and inspect, retry, cancel or prune jobs."""
 EPILOG = """\
 The database is --db URL, else $READYQ_DATABASE_URL, else sqlite:///readyq.db; --db and
 --prefix may go before or after the command. Exit status: 0 done, 1 the operation could
 not be done (missing job or schema, job not retryable, database error), 2 bad usage (bad
-arguments, JSON, URL or option values), 130 interrupted."""
+arguments, JSON, URL or option values; no command), 130 interrupted, 141 the reader of
+the output went away (e.g. piped into head). `readyq COMMAND --help` describes a command."""
+# What a shell reports for a process killed by SIGPIPE (128 + 13). Python ignores SIGPIPE,
+# so a closed stdout is a BrokenPipeError instead of that death; exiting with the same
+# status keeps `set -o pipefail` scripts seeing what they see from cat or grep. Exit 1
+# (the Python docs' example) would read as "the operation could not be done" here.
+EXIT_BROKEN_PIPE = 141
+SHELLS = ("bash", "zsh", "fish")
 
 
 class CLIError(Exception):
@@ -46,11 +63,19 @@ class CLIError(Exception):
 
 
 def _parser() -> argparse.ArgumentParser:
+    from readyq import __version__
+
     parser = argparse.ArgumentParser(
         prog="readyq",
-        description=__doc__,
+        description=DESCRIPTION,
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument(
+        "--version",
+        action="version",
+        version=f"readyq {__version__}",
+        help="print readyq's version and exit",
     )
     parser.add_argument("-v", "--verbose", action="store_true", help="log at INFO level")
     parser.add_argument(
@@ -78,18 +103,33 @@ def _parser() -> argparse.ArgumentParser:
     as_json = argparse.ArgumentParser(add_help=False)
     as_json.add_argument("--json", action="store_true", help="print JSON instead of tables")
 
-    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    # Not required: a bare `readyq` gets the whole help rather than a one-line usage error.
+    sub = parser.add_subparsers(
+        dest="command",
+        metavar="COMMAND",
+        title="commands",
+        help="`readyq COMMAND --help` describes each",
+    )
     demo = sub.add_parser(
         "demo",
         help="run a small pipeline end to end and check it",
         description="Run a DAG pipeline (fetch → parse → a container of transforms for two "
         "tenants weighted 3:1 → report) under a global cap, then check dependency order, "
-        "the cap and the tenants' slot-time shares from the database.",
+        "the cap and the tenants' slot-time shares from the database. The demo drops and "
+        "recreates the tables of its prefix, and refuses a prefix whose tables hold jobs it "
+        "did not make. It prints the `readyq status` command that finds its tables.",
     )
     demo.add_argument(
         "--db",
-        default=os.environ.get("READYQ_DATABASE_URL", "sqlite:///readyq-demo.db"),
-        help="database URL (default: an SQLite file readyq-demo.db; env READYQ_DATABASE_URL)",
+        default=argparse.SUPPRESS,
+        metavar="URL",
+        help=f"database URL (env READYQ_DATABASE_URL; default {DEMO_DB})",
+    )
+    demo.add_argument(
+        "--prefix",
+        default=argparse.SUPPRESS,
+        metavar="PREFIX",
+        help=f"table prefix (default {DEMO_PREFIX})",
     )
     demo.add_argument("--workers", type=int, default=3, help="worker loops (default 3)")
     demo.add_argument("--cap", type=int, default=4, help="global concurrency cap (default 4)")
@@ -244,7 +284,8 @@ def _parser() -> argparse.ArgumentParser:
         dest="freeze_gc",
         action="store_false",
         help="leave the objects that exist at start in the garbage collector's passes "
-        "(see docs/throughput.md)",
+        "(by default they are frozen out of them, which shortens the pauses of a long-lived "
+        "worker)",
     )
     p.add_argument("--worker-id", default=None, help="worker id (default host:pid:random)")
     p.add_argument("--json", action="store_true", help="print the final stats as JSON")
@@ -264,8 +305,11 @@ def _parser() -> argparse.ArgumentParser:
         "show",
         parents=[common, as_json],
         help="one job: fields, attempts, error, dependencies, dependents",
+        description="Everything about one job: its type, state, group, attempts, times, "
+        "lease, args, result and last error, the jobs it depends on and the jobs that "
+        "depend on it.",
     )
-    p.add_argument("id", type=int, metavar="ID")
+    p.add_argument("id", type=int, metavar="ID", help="the job's id")
 
     p = sub.add_parser(
         "dag",
@@ -275,8 +319,13 @@ def _parser() -> argparse.ArgumentParser:
         "containers), downstream (what it unblocks, and the containers it is "
         "in), as a tree, a Mermaid flowchart or a Graphviz digraph.",
     )
-    p.add_argument("id", type=int, metavar="ID")
-    p.add_argument("--format", choices=("tree", "mermaid", "dot"), default="tree")
+    p.add_argument("id", type=int, metavar="ID", help="the job at the centre of the graph")
+    p.add_argument(
+        "--format",
+        choices=("tree", "mermaid", "dot"),
+        default="tree",
+        help="a tree in the terminal, a Mermaid flowchart or a Graphviz digraph (default tree)",
+    )
     p.add_argument("--max-nodes", type=int, default=200, help="largest graph shown (default 200)")
 
     p = sub.add_parser(
@@ -286,10 +335,11 @@ def _parser() -> argparse.ArgumentParser:
         description="The job goes back to ready (or waiting if its dependencies are "
         "unfinished), its error cleared and its attempts kept; dependents that ended "
         "upstream_failed only because of it are revived too, and containers it belongs to "
-        "reopen. Retrying a container retries its failed and cancelled jobs. See "
-        "docs/cli.md.",
+        "reopen. Retrying a container retries its failed and cancelled jobs. A job that has "
+        "not finished, is done, or failed because a job it depends on failed is refused "
+        "(the message names the job to retry instead), and nothing changes.",
     )
-    p.add_argument("id", type=int, metavar="ID")
+    p.add_argument("id", type=int, metavar="ID", help="the job (or container) to retry")
     p.add_argument(
         "--extra-attempts",
         type=int,
@@ -298,8 +348,16 @@ def _parser() -> argparse.ArgumentParser:
         help="attempts granted on top of those used (default 1)",
     )
 
-    p = sub.add_parser("cancel", parents=[common, as_json], help="cancel a job (Queue.cancel)")
-    p.add_argument("id", type=int, metavar="ID")
+    p = sub.add_parser(
+        "cancel",
+        parents=[common, as_json],
+        help="cancel a job (Queue.cancel)",
+        description="A waiting or ready job ends cancelled at once and its dependents end "
+        "upstream_failed. A running job is asked to stop: its handler sees job.cancelled "
+        "at its next heartbeat, and the job ends cancelled unless the handler returns a "
+        "result first. Cancelling a container cancels its children.",
+    )
+    p.add_argument("id", type=int, metavar="ID", help="the job to cancel")
 
     p = sub.add_parser(
         "prune",
@@ -316,9 +374,30 @@ def _parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--batch-size", type=int, default=500, help="jobs per transaction (default 500)")
 
-    p = sub.add_parser("top", parents=[common], help="a live status view (Ctrl-C to quit)")
-    p.add_argument("--interval", type=float, default=1.0, help="seconds between refreshes")
+    p = sub.add_parser(
+        "top",
+        parents=[common],
+        help="a live status view (Ctrl-C to quit)",
+        description="The view of `readyq status`, redrawn in the whole terminal until Ctrl-C.",
+    )
+    p.add_argument(
+        "--interval",
+        type=float,
+        default=1.0,
+        metavar="SECONDS",
+        help="seconds between refreshes (default 1)",
+    )
     p.add_argument("--once", action="store_true", help="render one frame and exit")
+
+    p = sub.add_parser(
+        "completion",
+        help="print the shell completion script for bash, zsh or fish",
+        description="Print the script that lets the shell complete readyq's commands and "
+        "options. Load it in the shell's startup file: bash: eval \"$(readyq completion "
+        "bash)\" in ~/.bashrc; zsh: eval \"$(readyq completion zsh)\" in ~/.zshrc, after "
+        "compinit; fish: readyq completion fish > ~/.config/fish/completions/readyq.fish.",
+    )
+    p.add_argument("shell", choices=SHELLS, metavar="SHELL", help="bash, zsh or fish")
     return parser
 
 
@@ -371,10 +450,23 @@ def _open(args: argparse.Namespace, *, create: bool = False) -> Any:
         raise CLIError(f"cannot load the driver for {url.drivername!r}: {exc}", code=2) from None
 
 
-def _console(stderr: bool = False) -> Any:
+@functools.cache
+def _console_class() -> Any:
     from rich.console import Console
 
-    return Console(stderr=stderr, highlight=False)
+    class PipeConsole(Console):
+        """A rich Console that lets a closed pipe reach main(): rich itself would exit
+        with status 1, and every command gets the same quiet exit there instead."""
+
+        def on_broken_pipe(self) -> None:
+            self.quiet = True
+            raise BrokenPipeError(errno.EPIPE, os.strerror(errno.EPIPE))
+
+    return PipeConsole
+
+
+def _console(stderr: bool = False) -> Any:
+    return _console_class()(stderr=stderr, highlight=False)
 
 
 def _print_json(data: Any) -> None:
@@ -415,6 +507,41 @@ def _when(epoch: float | None, now: float) -> str:
 
 
 # -- commands --------------------------------------------------------------------------------
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    from readyq.demo import foreign_jobs, run_demo
+
+    if args.workers < 1 or args.cap < 1 or args.chunks < 4:
+        raise CLIError("--workers and --cap must be at least 1, --chunks at least 4", code=2)
+    url = str(
+        getattr(args, "db", None)
+        or args.db_global
+        or os.environ.get("READYQ_DATABASE_URL")
+        or DEMO_DB
+    )
+    prefix = str(getattr(args, "prefix", None) or args.prefix_global or DEMO_PREFIX)
+    _parse_url(url)
+    found = foreign_jobs(url, prefix)
+    if found:
+        # The demo starts by dropping its tables: never those of an application.
+        raise CLIError(
+            f"the tables with prefix {prefix} hold {found} job(s) that the demo did not "
+            "make; the demo drops its tables first, so give it another --prefix (default "
+            f"{DEMO_PREFIX}) or another --db"
+        )
+    report = run_demo(
+        url, prefix=prefix, workers=args.workers, cap=args.cap, chunks=args.chunks,
+        console=_console(),
+    )
+    return 0 if report.ok else 1
+
+
+def cmd_completion(args: argparse.Namespace) -> int:
+    from argcomplete.shell_integration import shellcode
+
+    sys.stdout.write(shellcode(["readyq"], shell=args.shell))
+    return 0
 
 
 def cmd_migrate(args: argparse.Namespace) -> int:
@@ -497,6 +624,17 @@ def cmd_enqueue(args: argparse.Namespace) -> int:
     owned = args.app is None
     if not owned:
         queue = _load_app(args.app)
+        handled = queue.handlers
+        # The queue refuses unknown types only once it has handlers; the app is named to
+        # check the job against them, so an app without any (or without this type) is
+        # refused here too. Containers have no handler.
+        if not args.container and args.type not in handled:
+            registered = ", ".join(sorted(handled)) or "none"
+            raise CLIError(
+                f"no handler for job type {args.type!r} in --app {args.app} (registered: "
+                f"{registered}); nothing was enqueued",
+                code=2,
+            )
         if getattr(args, "db", None) or args.db_global:
             print(
                 "readyq: note: --db is ignored with --app; the app's queue uses its own URL",
@@ -1039,6 +1177,7 @@ def cmd_top(args: argparse.Namespace) -> int:
 
 
 COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
+    "demo": cmd_demo,
     "migrate": cmd_migrate,
     "enqueue": cmd_enqueue,
     "worker": cmd_worker,
@@ -1049,6 +1188,7 @@ COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "cancel": cmd_cancel,
     "prune": cmd_prune,
     "top": cmd_top,
+    "completion": cmd_completion,
 }
 
 
@@ -1097,19 +1237,55 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
+    """Run ``readyq`` with ``argv`` (default ``sys.argv[1:]``); return the exit status."""
+    try:
+        try:
+            return _main(argv)
+        finally:
+            # Output still buffered is written here, so a closed pipe is met inside this
+            # handler and not at interpreter exit (where it would print an ignored error).
+            sys.stdout.flush()
+    except BrokenPipeError:
+        # stdout's: the database drivers report a broken socket as their own errors.
+        _discard_stdout()
+        return EXIT_BROKEN_PIPE
+
+
+def _discard_stdout() -> None:
+    """Point stdout at /dev/null, as the Python docs advise for SIGPIPE: the interpreter
+    flushes stdout again on exit, which would fail once more on the closed pipe."""
+    try:
+        fd = sys.stdout.fileno()
+    except (AttributeError, OSError, ValueError):
+        return  # not a real file (a test's capture): nothing to flush at exit
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, fd)
+    finally:
+        os.close(devnull)
+
+
+def _main(argv: Sequence[str] | None) -> int:
+    parser = _parser()
+    if "_ARGCOMPLETE" in os.environ:
+        # The shell's completion hook (see `readyq completion`): argcomplete writes the
+        # candidates for COMP_LINE/COMP_POINT and ends the process. Imported only then, so
+        # that other runs do not pay for it.
+        import argcomplete
+
+        argcomplete.autocomplete(parser)
+    args = parser.parse_args(argv)
+    if args.command is None:
+        # No command is a usage error, as for argparse's and clap's missing arguments: the
+        # help goes to stderr with status 2, so a script that lost its command word does
+        # not carry on as if it had run. `readyq --help` prints it on stdout with status 0.
+        parser.print_help(sys.stderr)
+        return 2
     logging.basicConfig(
         level=logging.INFO if args.verbose else logging.WARNING,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
     try:
-        if args.command == "demo":
-            from readyq.demo import run_demo
-
-            if args.workers < 1 or args.cap < 1 or args.chunks < 4:
-                raise SystemExit("readyq: --workers and --cap must be >= 1, --chunks >= 4")
-            report = run_demo(args.db, workers=args.workers, cap=args.cap, chunks=args.chunks)
-            return 0 if report.ok else 1
         return _run(args)
     except ReadyqError as exc:
         print(f"readyq: {exc}", file=sys.stderr)

@@ -9,6 +9,7 @@ waiting, and every dependency edge checked against the recorded start and finish
 from __future__ import annotations
 
 import random
+import shlex
 import threading
 import time
 from dataclasses import dataclass
@@ -16,6 +17,7 @@ from typing import Any
 
 import sqlalchemy as sa
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
@@ -23,7 +25,10 @@ from readyq.model import Job, JobState
 from readyq.queue import Queue
 
 DEFAULT_DB = "sqlite:///readyq-demo.db"
+DEFAULT_PREFIX = "readyq_demo_"
 TENANTS = {"tenant-a": 3, "tenant-b": 1}
+# Every job type the pipeline enqueues (the container's included).
+DEMO_TYPES = frozenset({"fetch", "parse", "transform-batch", "transform", "report"})
 
 
 @dataclass(frozen=True)
@@ -47,8 +52,9 @@ class DemoReport:
         )
 
 
-def build_queue(url: str, work_seconds: float) -> Queue:
-    queue = Queue(url, prefix="readyq_demo_")
+def build_queue(url: str, work_seconds: float, prefix: str = DEFAULT_PREFIX) -> Queue:
+    """The demo's queue on ``url`` under ``prefix``, with its four handlers."""
+    queue = Queue(url, prefix=prefix)
 
     def work(job: Job) -> None:
         time.sleep(work_seconds * (0.8 + 0.4 * random.random()))
@@ -92,6 +98,24 @@ def enqueue_pipeline(queue: Queue, chunks: int) -> list[int]:
             )
     ids.append(queue.enqueue("report", {}, depends_on=[batch]))
     return ids
+
+
+def foreign_jobs(url: str, prefix: str = DEFAULT_PREFIX) -> int:
+    """How many jobs under ``prefix`` at ``url`` are of types the demo never makes (0 when
+    the tables do not exist): the demo drops its tables, so these would be lost."""
+    queue = Queue(url, prefix=prefix)
+    try:
+        j = queue._store.tables.jobs
+        with queue.engine.connect() as conn:
+            if not sa.inspect(conn).has_table(j.name):
+                return 0
+            return int(
+                conn.execute(
+                    sa.select(sa.func.count()).where(j.c.type.not_in(sorted(DEMO_TYPES)))
+                ).scalar_one()
+            )
+    finally:
+        queue.close()
 
 
 def measure(queue: Queue, cap: int, seconds: float) -> DemoReport:
@@ -155,22 +179,27 @@ def measure(queue: Queue, cap: int, seconds: float) -> DemoReport:
 def run_demo(
     url: str = DEFAULT_DB,
     *,
+    prefix: str = DEFAULT_PREFIX,
     workers: int = 3,
     cap: int = 4,
     chunks: int = 48,
     work_seconds: float = 0.08,
     console: Console | None = None,
 ) -> DemoReport:
-    """Run the demo pipeline on ``url`` from an empty schema and return its report."""
+    """Run the demo pipeline on ``url`` from an empty schema and return its report.
+
+    The tables under ``prefix`` are dropped first, with every job in them.
+    """
     console = console or Console()
-    queue = build_queue(url, work_seconds)
+    queue = build_queue(url, work_seconds, prefix)
     try:
         queue.drop_schema()
         queue.create_schema()
         ids = enqueue_pipeline(queue, chunks)
         tenants = ", ".join(f"{k} (weight {v})" for k, v in TENANTS.items())
         console.print(
-            f"[bold]readyq demo[/] on {queue.database}: {len(ids)} jobs "
+            f"[bold]readyq demo[/] on {queue.database} at {escape(_shown(url))}, table "
+            f"prefix {queue.prefix}: {len(ids)} jobs "
             f"(fetch → parse → {len(ids) - 4} transforms for {tenants} "
             f"in a container → report); {workers} workers sharing a cap of {cap}"
         )
@@ -206,7 +235,21 @@ def run_demo(
     finally:
         queue.close()
     print_report(report, console)
+    console.print(
+        "the jobs stay in the database; see them with: "
+        + escape(status_command(url, prefix)),
+        soft_wrap=True,
+    )
     return report
+
+
+def status_command(url: str, prefix: str) -> str:
+    """The ``readyq status`` command line that reads the demo's tables (password hidden)."""
+    return f"readyq --db {shlex.quote(_shown(url))} --prefix {shlex.quote(prefix)} status"
+
+
+def _shown(url: str) -> str:
+    return sa.make_url(url).render_as_string(hide_password=True)
 
 
 def print_report(report: DemoReport, console: Console) -> None:

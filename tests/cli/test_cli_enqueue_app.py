@@ -64,3 +64,41 @@ def test_enqueue_through_the_app_validates_args(
     # Without --app the CLI knows no handlers and stores the args as given.
     raw = cli("enqueue", "square", "--args", '{"n": "many"}')
     assert raw.code == 0 and mq.get(int(raw.out)).args == {"n": "many"}
+
+
+@pytest.fixture
+def producer_app(db: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
+    """An application module whose Queue registers no handler (a producer's)."""
+    name = f"readyq_producer_app_{uuid.uuid4().hex[:8]}"
+    (tmp_path / f"{name}.py").write_text(textwrap.dedent(f"""
+        import readyq
+
+        queue = readyq.Queue({db!r})
+    """))
+    monkeypatch.chdir(tmp_path)
+    yield name
+    module = sys.modules.pop(name, None)
+    if module is not None:
+        module.queue.close()
+
+
+def test_enqueue_through_an_app_refuses_a_type_it_has_no_handler_for(
+    migrated: Run, mq: readyq.Queue, model_app: str, producer_app: str
+) -> None:
+    cli = migrated
+    for app, registered in ((f"{producer_app}:queue", "none"), (f"{model_app}:queue", "square")):
+        for extra in ([], ["--unique-key", "k1"], ["--after", "1"]):
+            failed = cli("enqueue", "nosuchtype", *extra, "--app", app, url=None)
+            assert failed.one_line_error and failed.code == 2, (app, extra, failed)
+            assert failed.err == (
+                f"readyq: no handler for job type 'nosuchtype' in --app {app} "
+                f"(registered: {registered}); nothing was enqueued\n"
+            )
+    assert mq.counts() == {}
+    # A container has no handler: its type is free, with or without handlers.
+    box = cli("enqueue", "batch", "--container", "--app", f"{producer_app}:queue", url=None)
+    assert box.code == 0, box.err
+    assert mq.get(int(box.out)).is_container
+    # Without --app the CLI knows no handlers and stays permissive.
+    loose = cli("enqueue", "nosuchtype")
+    assert loose.code == 0 and mq.get(int(loose.out)).type == "nosuchtype"
