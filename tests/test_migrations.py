@@ -148,8 +148,13 @@ def test_migrate_builds_the_schema_create_schema_builds(
     deps_fks = {f[0]: f for f in migrated["readyq_job_deps"]["fks"]}
     assert deps_fks["readyq_job_deps_job_id_fk"][4] == (("ondelete", "CASCADE"),)
     native = " ".join(migrated["native"].values())
+    pk_names = {t: migrated[f"readyq_{t}"]["pk"]["name"] for t in TABLES}
     if dialect_name in ("sqlite", "postgresql"):
-        assert migrated["readyq_jobs"]["pk"]["name"] == "readyq_jobs_pk"
+        assert pk_names == {t: f"readyq_{t}_pk" for t in TABLES}
+    else:  # MySQL and MariaDB call every primary key PRIMARY; SQLAlchemy reports None
+        assert pk_names == {t: None for t in TABLES}
+        assert "PRIMARY KEY (`id`)" in migrated["native"]["readyq_jobs"]
+    if dialect_name in ("sqlite", "postgresql"):
         assert native.count("WHERE") >= 2 and "'ready'" in native
     else:
         assert "utf8mb4_bin" in native and "WHERE" not in native

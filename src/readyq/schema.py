@@ -28,6 +28,10 @@ NAMING_CONVENTION = {
     "pk": "%(table_name)s_pk",
     "ck": "%(table_name)s_%(constraint_name)s_ck",
 }
+# MySQL and MariaDB call every primary key PRIMARY, and answer a CREATE TABLE that names
+# one with the warning "Name '...' ignored for PRIMARY key" (which asyncmy logs): their
+# primary keys are left unnamed.
+MYSQL_NAMING_CONVENTION = {k: v for k, v in NAMING_CONVENTION.items() if k != "pk"}
 
 Id = sa.BigInteger().with_variant(sa.Integer(), "sqlite")
 # MySQL's TEXT stops at 64 KiB; LONGTEXT holds any payload under our own size limit.
@@ -167,7 +171,10 @@ def build_tables(prefix: str = DEFAULT_PREFIX, dialect: str | None = None) -> Ta
     ``waiting_type`` and ``ready_type`` that stand in for three of them.
     """
     validate_prefix(prefix)
-    md = sa.MetaData(naming_convention=NAMING_CONVENTION)
+    md = sa.MetaData(
+        naming_convention=MYSQL_NAMING_CONVENTION if dialect in MYSQL_DIALECTS
+        else NAMING_CONVENTION
+    )
     jobs = sa.Table(
         f"{prefix}jobs",
         md,
