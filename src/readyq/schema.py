@@ -16,7 +16,8 @@ from sqlalchemy.dialects import mysql
 
 from readyq.errors import InvalidTablePrefix
 
-PREFIX_PATTERN = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,30}$")
+# Lower case only: see validate_prefix.
+PREFIX_PATTERN = re.compile(r"^[a-z_][a-z0-9_]{0,30}$")
 DEFAULT_PREFIX = "readyq_"
 
 # Constraint and index names are part of the contract: error translation and the
@@ -112,12 +113,30 @@ def live_key_index_name(prefix: str) -> str:
 
 
 def validate_prefix(prefix: str) -> str:
-    """Return ``prefix`` if it is a safe identifier prefix, else raise InvalidTablePrefix."""
+    """Return ``prefix`` if it is a safe identifier prefix, else raise InvalidTablePrefix.
+
+    A prefix is lower-case letters, digits and underscores. Upper-case letters are
+    refused rather than folded to lower case, because the databases disagree on what a
+    name's case means. MariaDB and MySQL compare constraint names without case (and
+    SQLite table names too), so ``NewComer_`` would collide with the tables of
+    ``newcomer_`` (MariaDB: errno 121 "Duplicate key on write or update") or silently
+    share them (SQLite), while PostgreSQL quotes a mixed-case name and keeps it apart
+    from the lower-case one. Folding would thus quietly point a mixed-case PostgreSQL
+    schema at other, empty tables; a refusal that names the lower-case prefix cannot.
+    """
+    if isinstance(prefix, str) and prefix != prefix.lower() and PREFIX_PATTERN.fullmatch(
+        prefix.lower()
+    ):
+        raise InvalidTablePrefix(
+            f"table prefix {prefix!r} has upper-case letters: use {prefix.lower()!r}. "
+            "Prefixes are lower case, because MariaDB, MySQL and SQLite compare table "
+            "and constraint names without case"
+        )
     # fullmatch: with match(), "$" also accepts a trailing newline ("jobs\n").
     if not isinstance(prefix, str) or not PREFIX_PATTERN.fullmatch(prefix):
         raise InvalidTablePrefix(
             f"table prefix {prefix!r} must match {PREFIX_PATTERN.pattern} "
-            "(letters, digits and underscores, at most 31 characters)"
+            "(lower-case letters, digits and underscores, at most 31 characters)"
         )
     return prefix
 
