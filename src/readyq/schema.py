@@ -231,6 +231,11 @@ def build_tables(prefix: str = DEFAULT_PREFIX, dialect: str | None = None) -> Ta
         sa.Column("finished_at", Instant, nullable=True),
         # Deduplication key: at most one job that has not ended holds a given key.
         sa.Column("unique_key", Key, nullable=True),
+        # An id is never given twice, even once the newest jobs are pruned: without
+        # AUTOINCREMENT, SQLite gives the largest id in the table plus one (migration
+        # readyq_0007). SQLite takes AUTOINCREMENT on the id column itself, where
+        # SQLAlchemy writes no constraint name: on SQLite this primary key is unnamed.
+        sqlite_autoincrement=True,
     )
     if dialect in MYSQL_DIALECTS:
         live = sa.Column(
