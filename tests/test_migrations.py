@@ -92,7 +92,10 @@ def native_definitions(conn: sa.Connection, names: list[str]) -> dict[str, str]:
     if name == "sqlite":
         for r in conn.exec_driver_sql("SELECT name, sql FROM sqlite_master WHERE sql IS NOT NULL"):
             if r.name in names or any(r.name.startswith(n) for n in names):
-                out[r.name] = _norm(r.sql)
+                # A table rebuilt in batch mode is renamed into place, and SQLite then
+                # writes its name quoted: CREATE TABLE "readyq_jobs" is the same table.
+                out[r.name] = _norm(r.sql).replace(f'CREATE TABLE "{r.name}"',
+                                                   f"CREATE TABLE {r.name}")
     elif name == "postgresql":
         for r in conn.execute(
             sa.text("SELECT indexname, indexdef FROM pg_indexes "
@@ -148,8 +151,17 @@ def test_migrate_builds_the_schema_create_schema_builds(
     deps_fks = {f[0]: f for f in migrated["readyq_job_deps"]["fks"]}
     assert deps_fks["readyq_job_deps_job_id_fk"][4] == (("ondelete", "CASCADE"),)
     native = " ".join(migrated["native"].values())
+    pk_names = {t: migrated[f"readyq_{t}"]["pk"]["name"] for t in TABLES}
+    if dialect_name == "postgresql":
+        assert pk_names == {t: f"readyq_{t}_pk" for t in TABLES}
+    elif dialect_name == "sqlite":
+        # AUTOINCREMENT goes on the id column, where SQLAlchemy writes no name.
+        assert pk_names == {t: None if t == "jobs" else f"readyq_{t}_pk" for t in TABLES}
+        assert "id INTEGER NOT NULL PRIMARY KEY AUTOINCREMENT" in native
+    else:  # MySQL and MariaDB call every primary key PRIMARY; SQLAlchemy reports None
+        assert pk_names == {t: None for t in TABLES}
+        assert "PRIMARY KEY (`id`)" in migrated["native"]["readyq_jobs"]
     if dialect_name in ("sqlite", "postgresql"):
-        assert migrated["readyq_jobs"]["pk"]["name"] == "readyq_jobs_pk"
         assert native.count("WHERE") >= 2 and "'ready'" in native
     else:
         assert "utf8mb4_bin" in native and "WHERE" not in native
@@ -281,3 +293,203 @@ def _x_args(*pairs: str) -> Any:
     import argparse
 
     return argparse.Namespace(x=list(pairs))
+
+
+# -- readyq_0007: SQLite ids are never given twice -----------------------------------------
+
+
+def _sqlite_db(tmp_path: Path, name: str) -> str:
+    return f"sqlite:///{tmp_path / name}"
+
+
+def _populate(queue: readyq.Queue) -> set[int]:
+    """Jobs of every kind and state, the finished ones in the middle pruned; return the
+    ids given."""
+    @queue.handler("work")
+    def work(job: readyq.Job) -> int:
+        return int(job.args["n"])
+
+    @queue.handler("fail", max_attempts=1)
+    def fail(job: readyq.Job) -> None:
+        raise RuntimeError("on purpose")
+
+    first = queue.enqueue("work", {"n": 1})
+    given = {first, queue.enqueue("work", {"n": 2}, depends_on=[first])}
+    box = queue.enqueue_container("batch")
+    given |= {box, *(queue.enqueue("work", {"n": n}, parent=box) for n in (3, 4))}
+    doomed = queue.enqueue("fail", {})
+    given |= {doomed, queue.enqueue("work", {"n": 5}, depends_on=[doomed])}
+    prunable = [queue.enqueue("work", {"n": n}, group="tenant") for n in (6, 7, 8)]
+    given |= set(prunable)
+    run_until_idle(queue)
+    # Not finished: a ready job, one waiting for it, a live unique key, a later start.
+    ready = queue.enqueue("work", {"n": 9}, unique_key="key-1", priority=3)
+    given |= {ready, queue.enqueue("work", {"n": 10}, depends_on=[ready, first]),
+              queue.enqueue("work", {"n": 11}, run_after=3600.0)}
+    j = queue._store.tables.jobs
+    with queue.engine.begin() as conn:
+        conn.execute(sa.update(j).where(j.c.id.in_(prunable))
+                     .values(finished_at=j.c.finished_at - 60.0))
+    assert admin.prune(queue, older_than=30.0).deleted == 3
+    assert max(given) not in prunable  # the largest id given is still in the table
+    return given
+
+
+def _rows(url: str) -> dict[str, Any]:
+    engine = sa.create_engine(url, poolclass=sa.NullPool)
+    try:
+        with engine.connect() as conn:
+            return {
+                "jobs": conn.exec_driver_sql("SELECT * FROM readyq_jobs ORDER BY id").all(),
+                "deps": conn.exec_driver_sql(
+                    "SELECT * FROM readyq_job_deps ORDER BY job_id, depends_on_id").all(),
+                "sequence": conn.exec_driver_sql(
+                    "SELECT seq FROM sqlite_sequence WHERE name = 'readyq_jobs'"
+                ).scalars().all() if sa.inspect(conn).has_table("sqlite_sequence") else [],
+                "tables": sorted(sa.inspect(conn).get_table_names()),
+            }
+    finally:
+        engine.dispose()
+
+
+def _assert_ids_never_return(url: str, given: set[int]) -> None:
+    with readyq.Queue(url) as queue:
+        @queue.handler("noop")
+        def noop(job: readyq.Job) -> None:
+            return None
+
+        new = queue.enqueue("noop", {})
+        assert new > max(given)
+        run_until_idle(queue)
+        assert admin.prune(queue, older_than=0.0).deleted >= 1
+        assert queue.enqueue("noop", {}) > new  # the newest id was pruned: not given again
+
+
+def _engine_with_foreign_keys(url: str) -> sa.Engine:
+    """A pooled engine whose connections enforce foreign keys, as readyq's own do."""
+    engine = sa.create_engine(url)
+
+    @sa.event.listens_for(engine, "connect")
+    def on(dbapi_connection: Any, _record: Any) -> None:
+        dbapi_connection.execute("PRAGMA foreign_keys = ON")
+
+    return engine
+
+
+@pytest.mark.parametrize(("through", "start"),
+                         [("url", "readyq_0006"), ("engine", "readyq_0005")])
+def test_sqlite_jobs_table_rebuilt_with_every_row_and_ids_never_return(
+    tmp_path: Path, through: str, start: str
+) -> None:
+    """From the revision before on a plain connection (foreign keys off), and from an
+    older one on an engine that enforces foreign keys, where the earlier revision's
+    version update has opened the transaction by the time readyq_0007 runs."""
+    url = _sqlite_db(tmp_path, "old.db")
+    assert admin.migrate(url, revision=start) == start
+    with readyq.Queue(url) as queue:
+        given = _populate(queue)
+    before = _rows(url)
+    assert before["deps"] and any(r.parent_id is not None for r in before["jobs"])
+    assert before["sequence"] == []  # no AUTOINCREMENT yet
+
+    if through == "url":
+        assert admin.migrate(url) == HEAD_REVISION
+    else:
+        engine = _engine_with_foreign_keys(url)
+        try:
+            with engine.connect() as conn:
+                assert conn.exec_driver_sql("PRAGMA foreign_keys").scalar() == 1
+            assert admin.migrate(engine) == HEAD_REVISION
+            # The connection switched off for the rebuild never returns to the pool.
+            with engine.connect() as one, engine.connect() as two:
+                for conn in (one, two):
+                    assert conn.exec_driver_sql("PRAGMA foreign_keys").scalar() == 1
+        finally:
+            engine.dispose()
+
+    after = _rows(url)
+    assert after["jobs"] == before["jobs"]
+    assert after["deps"] == before["deps"]
+    assert after["tables"] == before["tables"]
+    assert after["sequence"] == [max(r.id for r in before["jobs"])]
+    created = _sqlite_db(tmp_path, "created.db")
+    with readyq.Queue(created) as queue:
+        queue.create_schema()
+    migrated, fresh = reflect(url), reflect(created)
+    for table in TABLES:
+        assert migrated[f"readyq_{table}"] == fresh[f"readyq_{table}"], table
+    assert migrated["native"] == fresh["native"]
+    engine = sa.create_engine(url, poolclass=sa.NullPool)
+    with engine.connect() as conn:
+        assert conn.exec_driver_sql("PRAGMA foreign_key_check").all() == []
+    engine.dispose()
+    _assert_ids_never_return(url, given)
+
+
+def test_sqlite_rebuild_refuses_to_run_with_foreign_keys_on_in_a_transaction(
+    tmp_path: Path,
+) -> None:
+    """Dropping the old jobs table with foreign keys on would cascade every dependency
+    edge away: where they cannot be switched off, readyq_0007 changes nothing."""
+    from alembic import command
+    from alembic.config import Config
+
+    from readyq.migrations import PREFIX_ATTRIBUTE, script_location
+
+    url = _sqlite_db(tmp_path, "old.db")
+    admin.migrate(url, revision="readyq_0006")
+    with readyq.Queue(url) as queue:
+        _populate(queue)
+    before = _rows(url)
+    engine = sa.create_engine(url, poolclass=sa.NullPool)
+    try:
+        with engine.connect() as conn:
+            conn.exec_driver_sql("PRAGMA foreign_keys = ON")
+            conn.exec_driver_sql("UPDATE readyq_gate SET seq = seq")  # opens a transaction
+            cfg = Config()
+            cfg.set_main_option("script_location", script_location())
+            cfg.attributes[PREFIX_ATTRIBUTE] = "readyq_"
+            cfg.attributes["connection"] = conn
+            with pytest.raises(admin.AdminError, match="foreign key enforcement off"):
+                command.upgrade(cfg, "head")
+            conn.rollback()
+    finally:
+        engine.dispose()
+    assert _rows(url) == before
+    assert admin.current_revision(url) == "readyq_0006"
+
+
+def test_sqlite_downgrade_of_the_rebuild_keeps_every_row(tmp_path: Path) -> None:
+    url = _sqlite_db(tmp_path, "old.db")
+    admin.migrate(url)
+    with readyq.Queue(url) as queue:
+        given = _populate(queue)
+    before = _rows(url)
+    assert admin.downgrade(url, revision="readyq_0006") == "readyq_0006"
+    down = _rows(url)
+    assert (down["jobs"], down["deps"]) == (before["jobs"], before["deps"])
+    reference = _sqlite_db(tmp_path, "reference.db")
+    admin.migrate(reference, revision="readyq_0006")
+    assert reflect(url)["native"] == reflect(reference)["native"]  # no AUTOINCREMENT
+    assert admin.migrate(url) == HEAD_REVISION
+    assert _rows(url) == before
+    _assert_ids_never_return(url, given)
+
+
+def test_sqlite_rebuild_that_finds_broken_references_changes_nothing(tmp_path: Path) -> None:
+    """An edge to a job that does not exist (written with foreign keys off) stops the
+    rebuild, and the whole rebuild is rolled back: no half-built table is left."""
+    url = _sqlite_db(tmp_path, "old.db")
+    admin.migrate(url, revision="readyq_0006")
+    with readyq.Queue(url) as queue:
+        _populate(queue)
+    engine = sa.create_engine(url, poolclass=sa.NullPool)
+    with engine.begin() as conn:
+        conn.exec_driver_sql("INSERT INTO readyq_job_deps VALUES (1, 999)")
+    engine.dispose()
+    before = _rows(url)
+    with pytest.raises(admin.AdminError, match="refer to jobs that do not exist"):
+        admin.migrate(url)
+    assert _rows(url) == before
+    assert admin.current_revision(url) == "readyq_0006"
+    assert "AUTOINCREMENT" not in reflect(url)["native"]["readyq_jobs"]

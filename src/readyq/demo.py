@@ -105,7 +105,7 @@ def foreign_jobs(url: str, prefix: str = DEFAULT_PREFIX) -> int:
     the tables do not exist): the demo drops its tables, so these would be lost."""
     queue = Queue(url, prefix=prefix)
     try:
-        j = queue._store.tables.jobs
+        j = queue.store.tables.jobs
         with queue.engine.connect() as conn:
             if not sa.inspect(conn).has_table(j.name):
                 return 0

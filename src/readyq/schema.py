@@ -17,7 +17,8 @@ from sqlalchemy.dialects import mysql
 
 from readyq.errors import InvalidTablePrefix
 
-PREFIX_PATTERN = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,30}$")
+# Lower case only: see validate_prefix.
+PREFIX_PATTERN = re.compile(r"^[a-z_][a-z0-9_]{0,30}$")
 DEFAULT_PREFIX = "readyq_"
 
 # Constraint and index names are part of the contract: error translation and the
@@ -29,6 +30,10 @@ NAMING_CONVENTION = {
     "pk": "%(table_name)s_pk",
     "ck": "%(table_name)s_%(constraint_name)s_ck",
 }
+# MySQL and MariaDB call every primary key PRIMARY, and answer a CREATE TABLE that names
+# one with the warning "Name '...' ignored for PRIMARY key" (which asyncmy logs): their
+# primary keys are left unnamed.
+MYSQL_NAMING_CONVENTION = {k: v for k, v in NAMING_CONVENTION.items() if k != "pk"}
 
 Id = sa.BigInteger().with_variant(sa.Integer(), "sqlite")
 # MySQL's TEXT stops at 64 KiB; LONGTEXT holds any payload under our own size limit.
@@ -108,12 +113,30 @@ def live_key_index_name(prefix: str) -> str:
 
 
 def validate_prefix(prefix: str) -> str:
-    """Return ``prefix`` if it is a safe identifier prefix, else raise InvalidTablePrefix."""
+    """Return ``prefix`` if it is a safe identifier prefix, else raise InvalidTablePrefix.
+
+    A prefix is lower-case letters, digits and underscores. Upper-case letters are
+    refused rather than folded to lower case, because the databases disagree on what a
+    name's case means. MariaDB and MySQL compare constraint names without case (and
+    SQLite table names too), so ``NewComer_`` would collide with the tables of
+    ``newcomer_`` (MariaDB: errno 121 "Duplicate key on write or update") or silently
+    share them (SQLite), while PostgreSQL quotes a mixed-case name and keeps it apart
+    from the lower-case one. Folding would thus quietly point a mixed-case PostgreSQL
+    schema at other, empty tables; a refusal that names the lower-case prefix cannot.
+    """
+    if isinstance(prefix, str) and prefix != prefix.lower() and PREFIX_PATTERN.fullmatch(
+        prefix.lower()
+    ):
+        raise InvalidTablePrefix(
+            f"table prefix {prefix!r} has upper-case letters: use {prefix.lower()!r}. "
+            "Prefixes are lower case, because MariaDB, MySQL and SQLite compare table "
+            "and constraint names without case"
+        )
     # fullmatch: with match(), "$" also accepts a trailing newline ("jobs\n").
     if not isinstance(prefix, str) or not PREFIX_PATTERN.fullmatch(prefix):
         raise InvalidTablePrefix(
             f"table prefix {prefix!r} must match {PREFIX_PATTERN.pattern} "
-            "(letters, digits and underscores, at most 31 characters)"
+            "(lower-case letters, digits and underscores, at most 31 characters)"
         )
     return prefix
 
@@ -188,7 +211,10 @@ def build_tables(prefix: str = DEFAULT_PREFIX, traits: TableTraits = TableTraits
     """Build the table definitions for ``prefix`` (validated first), for a database with
     ``traits``."""
     validate_prefix(prefix)
-    md = sa.MetaData(naming_convention=NAMING_CONVENTION)
+    md = sa.MetaData(
+        naming_convention=MYSQL_NAMING_CONVENTION if dialect in MYSQL_DIALECTS
+        else NAMING_CONVENTION
+    )
     jobs = sa.Table(
         f"{prefix}jobs",
         md,
@@ -226,6 +252,11 @@ def build_tables(prefix: str = DEFAULT_PREFIX, traits: TableTraits = TableTraits
         sa.Column("finished_at", Instant, nullable=True),
         # Deduplication key: at most one job that has not ended holds a given key.
         sa.Column("unique_key", Key, nullable=True),
+        # An id is never given twice, even once the newest jobs are pruned: without
+        # AUTOINCREMENT, SQLite gives the largest id in the table plus one (migration
+        # readyq_0007). SQLite takes AUTOINCREMENT on the id column itself, where
+        # SQLAlchemy writes no constraint name: on SQLite this primary key is unnamed.
+        sqlite_autoincrement=True,
     )
     generated = not traits.partial_indexes
     if generated:

@@ -21,16 +21,19 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from readyq.schema import DEFAULT_PREFIX, validate_prefix
+
+if TYPE_CHECKING:
+    from sqlalchemy import Connection
 
 #: Key of the prefix in ``alembic.config.Config.attributes`` and in ``-x`` arguments.
 PREFIX_ATTRIBUTE = "readyq_prefix"
 #: The branch label of readyq's revisions (``alembic upgrade readyq@head``).
 BRANCH_LABEL = "readyq"
 #: The newest revision shipped with this version of readyq.
-HEAD_REVISION = "readyq_0006"
+HEAD_REVISION = "readyq_0007"
 
 _HERE = Path(__file__).resolve().parent
 
@@ -89,3 +92,24 @@ def current_prefix() -> str:
     if value is None:
         value = config.get_main_option(PREFIX_ATTRIBUTE)
     return validate_prefix(value if value is not None else DEFAULT_PREFIX)
+
+
+def sqlite_foreign_keys_off(connection: Connection) -> bool:
+    """Switch SQLite's foreign key enforcement off on ``connection``; return whether it
+    is off now.
+
+    A revision that rebuilds a table others refer to needs it off (SQLite's own advice for
+    any table rebuild): with it on, dropping the old table first deletes its rows, and
+    their ON DELETE CASCADE takes every row that refers to them along. ``PRAGMA
+    foreign_keys`` changes nothing inside a transaction, so this works only before the
+    connection has written anything; afterwards it returns False. A connection switched
+    off is detached from its pool, so that it is closed when released instead of being
+    handed out again without enforcement (readyq's own connections switch it on).
+    """
+    if not connection.exec_driver_sql("PRAGMA foreign_keys").scalar():
+        return True
+    connection.exec_driver_sql("PRAGMA foreign_keys = OFF")
+    if connection.exec_driver_sql("PRAGMA foreign_keys").scalar():
+        return False
+    connection.detach()
+    return True

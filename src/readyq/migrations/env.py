@@ -9,7 +9,10 @@ an ini file whose ``script_location`` is ``readyq:migrations``; the URL then com
 
 The version table is ``<prefix>alembic_version``, so readyq's history never mixes with
 the application's own ``alembic_version``. On SQLite, migrations run in batch mode
-(copy-and-move), because SQLite's ALTER TABLE cannot change most things.
+(copy-and-move), because SQLite's ALTER TABLE cannot change most things, and with
+foreign key enforcement off, which a table rebuild needs (see
+:func:`readyq.migrations.sqlite_foreign_keys_off`): it is switched off here, before any
+revision writes, because SQLite cannot switch it inside a transaction.
 """
 
 from __future__ import annotations
@@ -18,7 +21,12 @@ import sqlalchemy as sa
 from alembic import context
 
 from readyq.dialects import dialect_for
-from readyq.migrations import PREFIX_ATTRIBUTE, current_prefix, version_table
+from readyq.migrations import (
+    PREFIX_ATTRIBUTE,
+    current_prefix,
+    sqlite_foreign_keys_off,
+    version_table,
+)
 
 config = context.config
 prefix = current_prefix()
@@ -41,6 +49,8 @@ def run_migrations_offline() -> None:
 
 
 def _run(connection: sa.Connection) -> None:
+    if connection.dialect.name == "sqlite":
+        sqlite_foreign_keys_off(connection)
     context.configure(
         connection=connection,
         version_table=version_table(prefix),

@@ -7,6 +7,8 @@ The same tables, columns, types, indexes and constraint names as
 ``readyq.schema.build_tables(prefix)`` at this revision, written out here so that later
 changes to ``schema.py`` never change what this revision did. Names follow the schema's
 naming convention: ``<table>_pk``, ``<table>_<column>_fk``, ``<table>_<columns>_ix``.
+MySQL and MariaDB name every primary key PRIMARY and warn about any other name, so
+there the primary keys are given none.
 """
 
 from __future__ import annotations
@@ -32,6 +34,10 @@ Key = sa.String(200).with_variant(
 READY = "state = 'ready'"
 
 
+def _pk(name: str) -> str | None:
+    return None if op.get_context().dialect.name in ("mysql", "mariadb") else name
+
+
 def upgrade() -> None:
     p = current_prefix()
     jobs, deps, groups, gate = f"{p}jobs", f"{p}job_deps", f"{p}groups", f"{p}gate"
@@ -41,14 +47,14 @@ def upgrade() -> None:
         sa.Column("id", sa.Integer, nullable=False, autoincrement=False),
         sa.Column("vclock", sa.Double, nullable=False),
         sa.Column("seq", sa.BigInteger, nullable=False),
-        sa.PrimaryKeyConstraint("id", name=f"{gate}_pk"),
+        sa.PrimaryKeyConstraint("id", name=_pk(f"{gate}_pk")),
     )
     op.create_table(
         groups,
         sa.Column("group_key", Key, nullable=False),
         sa.Column("vfinish", sa.Double, nullable=False),
         sa.Column("served_seq", sa.BigInteger, nullable=False),
-        sa.PrimaryKeyConstraint("group_key", name=f"{groups}_pk"),
+        sa.PrimaryKeyConstraint("group_key", name=_pk(f"{groups}_pk")),
     )
     op.create_table(
         jobs,
@@ -81,7 +87,7 @@ def upgrade() -> None:
         sa.Column("updated_at", Instant, nullable=False),
         sa.Column("started_at", Instant, nullable=True),
         sa.Column("finished_at", Instant, nullable=True),
-        sa.PrimaryKeyConstraint("id", name=f"{jobs}_pk"),
+        sa.PrimaryKeyConstraint("id", name=_pk(f"{jobs}_pk")),
         sa.ForeignKeyConstraint(["parent_id"], [f"{jobs}.id"], name=f"{jobs}_parent_id_fk"),
     )
     # The two ready indexes are partial where the database has partial indexes
@@ -107,7 +113,7 @@ def upgrade() -> None:
         deps,
         sa.Column("job_id", Id, nullable=False),
         sa.Column("depends_on_id", Id, nullable=False),
-        sa.PrimaryKeyConstraint("job_id", "depends_on_id", name=f"{deps}_pk"),
+        sa.PrimaryKeyConstraint("job_id", "depends_on_id", name=_pk(f"{deps}_pk")),
         sa.ForeignKeyConstraint(
             ["job_id"], [f"{jobs}.id"], name=f"{deps}_job_id_fk", ondelete="CASCADE"
         ),

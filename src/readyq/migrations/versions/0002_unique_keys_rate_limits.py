@@ -43,6 +43,11 @@ def _is_mysql() -> bool:
     return op.get_context().dialect.name in ("mysql", "mariadb")
 
 
+def _pk(name: str) -> str | None:
+    # MySQL and MariaDB name every primary key PRIMARY and warn about any other name.
+    return None if _is_mysql() else name
+
+
 def upgrade() -> None:
     p = current_prefix()
     jobs, limits, slots = f"{p}jobs", f"{p}rate_limits", f"{p}rate_slots"
@@ -72,14 +77,14 @@ def upgrade() -> None:
         sa.Column("name", Key, nullable=False),
         sa.Column("capacity", sa.Integer, nullable=False),
         sa.Column("period", sa.Double, nullable=False),
-        sa.PrimaryKeyConstraint("name", name=f"{limits}_pk"),
+        sa.PrimaryKeyConstraint("name", name=_pk(f"{limits}_pk")),
     )
     op.create_table(
         slots,
         sa.Column("name", Key, nullable=False),
         sa.Column("slot", sa.Integer, nullable=False, autoincrement=False),
         sa.Column("started_at", Instant, nullable=False),
-        sa.PrimaryKeyConstraint("name", "slot", name=f"{slots}_pk"),
+        sa.PrimaryKeyConstraint("name", "slot", name=_pk(f"{slots}_pk")),
     )
     op.create_index(f"{slots}_name_started_at_ix", slots, ["name", "started_at"])
 
