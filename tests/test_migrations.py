@@ -326,7 +326,7 @@ def _populate(queue: readyq.Queue) -> set[int]:
     ready = queue.enqueue("work", {"n": 9}, unique_key="key-1", priority=3)
     given |= {ready, queue.enqueue("work", {"n": 10}, depends_on=[ready, first]),
               queue.enqueue("work", {"n": 11}, run_after=3600.0)}
-    j = queue._store.tables.jobs
+    j = queue.store.tables.jobs
     with queue.engine.begin() as conn:
         conn.execute(sa.update(j).where(j.c.id.in_(prunable))
                      .values(finished_at=j.c.finished_at - 60.0))

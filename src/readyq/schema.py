@@ -30,10 +30,8 @@ NAMING_CONVENTION = {
     "pk": "%(table_name)s_pk",
     "ck": "%(table_name)s_%(constraint_name)s_ck",
 }
-# MySQL and MariaDB call every primary key PRIMARY, and answer a CREATE TABLE that names
-# one with the warning "Name '...' ignored for PRIMARY key" (which asyncmy logs): their
-# primary keys are left unnamed.
-MYSQL_NAMING_CONVENTION = {k: v for k, v in NAMING_CONVENTION.items() if k != "pk"}
+# For databases whose primary keys cannot be named (TableTraits.named_primary_keys).
+UNNAMED_PRIMARY_KEYS = {k: v for k, v in NAMING_CONVENTION.items() if k != "pk"}
 
 Id = sa.BigInteger().with_variant(sa.Integer(), "sqlite")
 # MySQL's TEXT stops at 64 KiB; LONGTEXT holds any payload under our own size limit.
@@ -183,6 +181,10 @@ class TableTraits:
     """
 
     partial_indexes: bool = True
+    # MySQL and MariaDB call every primary key PRIMARY, and answer a CREATE TABLE that
+    # names one with the warning "Name '...' ignored for PRIMARY key" (which asyncmy
+    # logs): there primary keys are left unnamed.
+    named_primary_keys: bool = True
     type_test: Callable[[sa.ColumnElement[str], Sequence[str]], sa.ColumnElement[bool]] | None = (
         None
     )
@@ -212,8 +214,8 @@ def build_tables(prefix: str = DEFAULT_PREFIX, traits: TableTraits = TableTraits
     ``traits``."""
     validate_prefix(prefix)
     md = sa.MetaData(
-        naming_convention=MYSQL_NAMING_CONVENTION if dialect in MYSQL_DIALECTS
-        else NAMING_CONVENTION
+        naming_convention=NAMING_CONVENTION if traits.named_primary_keys
+        else UNNAMED_PRIMARY_KEYS
     )
     jobs = sa.Table(
         f"{prefix}jobs",

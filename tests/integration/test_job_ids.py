@@ -18,7 +18,7 @@ def finish_and_prune(queue: readyq.Queue) -> int:
     """Run every job, age them, prune them all; return how many were deleted."""
     queue.run_worker(until_idle=True, concurrency=2, poll_interval=0.02, lease_ttl=10.0,
                      heartbeat_interval=2.0)
-    j = queue._store.tables.jobs
+    j = queue.store.tables.jobs
     with queue.engine.begin() as conn:
         conn.execute(sa.update(j).values(finished_at=j.c.finished_at - 60.0))
     return admin.prune(queue, older_than=30.0).deleted

@@ -194,7 +194,9 @@ class MySQLDialect(Dialect):
     capabilities: ClassVar[Capabilities] = Capabilities(
         skip_locked=True, returning=False, partial_index=False, listen_notify=False, row_locks=True
     )
-    table_traits: ClassVar[TableTraits] = TableTraits(partial_indexes=False)
+    table_traits: ClassVar[TableTraits] = TableTraits(
+        partial_indexes=False, named_primary_keys=False
+    )
     # 1213 deadlock, 1205 lock wait timeout, 1020 record changed (MariaDB 11.6+ snapshot
     # isolation), 2006/2013 server gone / lost connection, 1927 connection killed,
     # 1053 server shutdown.
