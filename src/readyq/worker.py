@@ -56,16 +56,11 @@ def frozen_heap(enabled: bool = True) -> Iterator[None]:
     """While inside, the objects that existed on entry are left out of the cyclic
     garbage collector's passes (``gc.freeze()``); they are handed back on the way out.
 
-    A worker allocates a few objects per job that live as long as the job runs, so
-    the collector promotes them to its oldest generation and every several thousand jobs
-    runs a full pass, which walks every object of the process: the imported modules,
-    SQLAlchemy's caches, the application's own state. With the heap frozen, a full
-    pass walks only what was allocated since. Objects frozen here that become cyclic
-    garbage meanwhile are collected after the freeze ends; reference counting frees
-    everything else as usual.
-
-    Process-wide and counted: the first worker to enter freezes, the last to leave
-    unfreezes. A heap the application froze itself is left as it is.
+    A worker's per-job objects get promoted to the oldest generation, and each full
+    pass would then walk the whole process (modules, SQLAlchemy's caches, the
+    application's state); frozen, a pass walks only what came since (measured:
+    docs/throughput.md). Process-wide and counted: the first worker in freezes, the
+    last out unfreezes; a heap the application froze itself is left as it is.
     """
     global _freeze_holders, _freeze_ours
     if not enabled:

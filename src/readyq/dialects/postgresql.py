@@ -404,23 +404,16 @@ class PostgresDialect(Dialect):
         return first_ready_type(t, types, *conds, member=array_member)
 
     def pin_index_order(self, conn: Connection) -> None:
-        """``SET LOCAL enable_sort = off`` for the rest of the transaction.
+        """``enable_sort`` and ``jit`` off for the rest of the transaction.
 
-        The estimate of ready jobs comes from statistics that may be older than the
-        backlog: taken when the table held mostly finished jobs, or missing while a
-        VACUUM has already counted the rows. Believing that a group's range holds a
-        row or two, the planner may read the range with a bitmap scan and sort it,
-        which for two rows costs what an ordered index scan does, and for a 30,000-job
-        backlog reads all of it at every claim. With sorting priced out, the ordered
-        index scan, which stops at the rows asked for, is the cheapest plan whatever
-        the estimate. The statements that follow in readyq's transactions sort nothing
-        an index or a hash cannot order or group, but for the few rows of a worker of
-        several types, merged from one read per type (``merged_head``): their sort
-        carries the cost that prices sorts out, which would pass the threshold of JIT
-        compilation and spend about 300 ms compiling a claim that runs in 3 ms. So JIT
-        is off as well. The settings end with the transaction (``set_config(..., true)`` is
-        ``SET LOCAL``); both go in one statement, as the async driver prepares every
-        statement and a prepared statement holds one command.
+        The planner's estimate of a group's ready range may come from statistics older
+        than the backlog; believing the range holds a row or two, it may read all of it
+        and sort, at every claim. With sorts priced out, the ordered index scan that
+        stops at the rows asked for is always the cheapest plan. JIT goes off too: the
+        sort of a worker of several types (``merged_head``) would otherwise carry the
+        priced-out cost past JIT's threshold. (Measured: docs/dialects.md.) One
+        statement, as the async driver prepares each statement and a prepared statement
+        holds one command; ``set_config(..., true)`` is ``SET LOCAL``.
         """
         conn.exec_driver_sql(
             "SELECT set_config('enable_sort', 'off', true), set_config('jit', 'off', true)"

@@ -147,20 +147,15 @@ def merged_head(
 
 
 def ready_of_type(t: Tables, type_: str) -> sa.ColumnElement[bool]:
-    """Ready jobs of one type, in the terms of the index of ready jobs by type: the
-    generated column ``ready_type`` on MySQL and MariaDB (which has no partial indexes,
-    and whose other ready index begins with ``state``), ``state = 'ready'`` and the type
-    elsewhere. That index holds (type, group, claim order): a group's jobs of the type
-    are read in the order they are claimed, without stepping over other types' jobs.
+    """Ready jobs of one type, in the terms of the index of ready jobs by type (type,
+    group, claim order): the generated column ``ready_type`` where the database has no
+    partial indexes, ``state = 'ready'`` and the type elsewhere.
 
-    On PostgreSQL the type is tested as ``type = ANY(ARRAY[?])`` and the reads order by
-    the type first (:func:`claim_order`, :func:`ready_group_walk`). With an equality the
-    planner drops the type from the order (a constant), and the index by group then
-    gives the same order; without statistics (a table autovacuum has not analyzed yet)
-    both look alike and it may take that one, stepping over every ready job of other
-    types. An array is no constant to the planner: ordered by the type first, only the
-    index by type gives the order, and claim transactions price sorts out
-    (``pin_index_order``)."""
+    With ``t.traits.type_test`` (PostgreSQL) the type is tested against an array and
+    reads order by the type first: an equality would let the planner drop the type
+    from the order as a constant and take the index by group instead, which steps over
+    every ready job of other types.
+    """
     return ready_of_types(t, [type_])
 
 
@@ -222,12 +217,10 @@ def ready_group_walk(
     """Recursive CTE ``(k)``: the groups that have ready rows, one index probe each (a
     skip scan of the ready index), ending with a NULL row; filter ``k IS NOT NULL``.
 
-    Each probe is the first key in index order (``ORDER BY group_key LIMIT 1``), not
-    ``min(group_key)``: a planner whose statistics say the ready rows are few may compute
-    a ``min()`` by aggregating the whole range, every ready row, where ``LIMIT 1`` in
-    the index's order can only stop at the first. For a worker of one type the walk
-    steps through the index of ready jobs by type, and finds only the groups that have
-    jobs of that type ready."""
+    Each probe takes the first key in index order (``ORDER BY ... LIMIT 1``), not
+    ``min(group_key)``, which a planner may compute by aggregating the whole range. For
+    a worker of one type the walk steps through the index of ready jobs by type.
+    """
     j = t.jobs
     only = single_type(types)
     ready = state_in(t, "ready") if only is None else ready_of_type(t, only)
@@ -310,19 +303,14 @@ def first_ready_type(
     *conds: sa.ColumnElement[bool],
     member: Callable[[sa.ColumnElement[str], Sequence[str]], sa.ColumnElement[bool]] = values_in,
 ) -> sa.ScalarSelect[Any]:
-    """The least of ``types`` that has a ready job (meeting ``conds``), or NULL: read
-    through the index of ready jobs by type, ``(type) WHERE state = 'ready'`` (MySQL and
-    MariaDB index the generated column ``ready_type`` and probe it their own way, see
-    ``MySQLDialect.first_ready_type``).
+    """The least of ``types`` that has a ready job (meeting ``conds``), or NULL, read
+    through the index of ready jobs by type.
 
-    The ready indexes by group do not hold the type, so through them a probe for types
-    with nothing ready reads every ready job of the other types. Asked as ``EXISTS`` or
-    ``LIMIT 1``, the planner may take any scan that it expects to meet a match early,
-    and when the statistics say that most rows are of one type it expects that for any
-    type. ``min()`` of the type leaves one cheap plan: the first entry of the range of
-    ``types`` in the index by type; any other must read every row it could match.
-    ``member`` writes the test of the type (``Dialect.types_in``): it must not be an
-    equality, which would make the order of the type, and with it ``min()``, moot."""
+    ``min()``, not ``EXISTS`` or ``LIMIT 1``: a planner that expects an early match may
+    take any scan for those, and through the indexes by group a probe for types with
+    nothing ready reads every ready job of the others. ``member`` writes the type test
+    (never an equality, which would make the type's order, and ``min()``, moot).
+    """
     j = t.jobs
     return (
         sa.select(sa.func.min(j.c.type))
