@@ -257,10 +257,14 @@ def check_schema(queue: Queue) -> None:
     queue.store.check_schema()
 
 
-def status(queue: Queue) -> Status:
+def status(queue: Queue, *, unclaimed_after: float = 60.0) -> Status:
     """Jobs per state and per group, what is in flight, the oldest runnable job's wait,
-    and the workers holding leases (distinct ``lease_owner`` of leased/running jobs)."""
-    return queue.store.status()
+    the workers holding leases (distinct ``lease_owner`` of leased/running jobs), and the
+    job types that seem to have no worker: runnable jobs waiting more than
+    ``unclaimed_after`` seconds while none of the type is in flight."""
+    if not math.isfinite(unclaimed_after) or unclaimed_after < 0:
+        raise ValueError(f"unclaimed_after must be a finite number >= 0, not {unclaimed_after!r}")
+    return queue.store.status(unclaimed_after=unclaimed_after)
 
 
 def show(queue: Queue, job_id: int) -> JobDetail:

@@ -13,7 +13,7 @@ import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict
-from datetime import datetime, timezone
+from datetime import datetime
 from typing import Any
 
 from readyq.errors import ReadyqError
@@ -60,6 +60,16 @@ class CLIError(Exception):
     def __init__(self, message: str, code: int = 1) -> None:
         super().__init__(message)
         self.code = code
+
+
+def _duration_arg(text: str) -> float:
+    """An argparse type: seconds in ``90``, ``5m``, ``1h30m`` (see admin.parse_duration)."""
+    from readyq.admin import parse_duration
+
+    try:
+        return parse_duration(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -292,13 +302,22 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--db", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
     p.add_argument("--prefix", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
 
-    sub.add_parser(
+    p = sub.add_parser(
         "status",
         parents=[common, as_json],
         help="jobs per state and group, in flight, oldest ready, workers",
         description="Counts per state and per group, jobs in flight, how long the "
-        "oldest runnable job has waited, and the workers holding leases (with "
-        "their latest heartbeat), all judged by the database clock.",
+        "oldest runnable job has waited, the workers holding leases (with "
+        "their latest heartbeat), and the job types that no worker seems to run, all "
+        "judged by the database clock.",
+    )
+    p.add_argument(
+        "--unclaimed-after",
+        type=_duration_arg,
+        default=60.0,
+        metavar="DURATION",
+        help="list the types whose runnable jobs waited longer than this with none of "
+        "them in flight (default 60s; e.g. 90, 5m)",
     )
 
     p = sub.add_parser(
@@ -595,7 +614,13 @@ def _run_after(text: str | None) -> Any:
             "time (e.g. 2030-01-31T09:00:00+00:00)",
             code=2,
         ) from None
-    return value if value.tzinfo else value.replace(tzinfo=timezone.utc)
+    if value.tzinfo is None:
+        raise CLIError(
+            f"--run-after {text!r} has no time zone: add one (2030-01-31T09:00:00+09:00, "
+            "or Z for UTC) or give a number of seconds",
+            code=2,
+        )
+    return value
 
 
 def cmd_enqueue(args: argparse.Namespace) -> int:
@@ -852,6 +877,15 @@ def render_status(st: Any, database: str, prefix: str, *, max_rows: int | None =
         parts.append(workers)
     else:
         parts.append(_text("workers holding leases: none"))
+    for u in st.unclaimed_types:
+        parts.append(
+            _text(
+                f"no worker seems to run job type {u.type!r}: {u.runnable} runnable, the "
+                f"oldest waiting {_ago(u.oldest_age)}, none in flight (start a worker "
+                "with a handler for it)",
+                "bold yellow",
+            )
+        )
     return Group(*parts)
 
 
@@ -860,7 +894,7 @@ def cmd_status(args: argparse.Namespace) -> int:
 
     queue = _open(args)
     try:
-        st = admin.status(queue)
+        st = admin.status(queue, unclaimed_after=args.unclaimed_after)
         if args.json:
             _print_json({"database": queue.database, "prefix": queue.prefix, **st.to_json()})
         else:

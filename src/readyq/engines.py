@@ -21,9 +21,44 @@ from sqlalchemy import event
 from sqlalchemy.engine import Engine
 
 from readyq.dialects import dialect_class
+from readyq.errors import ConfigurationError
 
 # Seconds a session of readyq's own engine may sit idle inside a transaction.
 DEFAULT_IDLE_TRANSACTION_TIMEOUT = 60.0
+
+
+def checked_url(url: str | sa.URL, *, asynchronous: bool) -> sa.URL:
+    """``url`` parsed, for a database readyq runs on and a driver of the right kind:
+    raises UnsupportedDatabase or ConfigurationError naming the fix (the URL to use, the
+    extra to install, the queue class to take)."""
+    try:
+        parsed = sa.make_url(url)
+    except sa.exc.ArgumentError as exc:
+        raise ConfigurationError(f"not a database URL: {url!r} ({exc})") from None
+    cls = dialect_class(parsed.get_backend_name())
+    try:
+        is_async = bool(parsed.get_dialect().is_async)
+    except sa.exc.NoSuchModuleError:
+        raise ConfigurationError(
+            f"SQLAlchemy has no driver {parsed.drivername!r}: {cls.driver_hint}"
+        ) from None
+    if is_async and not asynchronous:
+        raise ConfigurationError(
+            f"{parsed.drivername} is an asyncio driver: use readyq.AsyncQueue with it, or a "
+            f"synchronous URL with readyq.Queue ({cls.driver_hint})"
+        )
+    if asynchronous and not is_async:
+        raise ConfigurationError(
+            f"{parsed.drivername} is not an asyncio driver: use readyq.Queue with it, or an "
+            f"asyncio URL with readyq.AsyncQueue ({cls.driver_hint})"
+        )
+    return parsed
+
+
+def missing_driver(url: sa.URL, exc: ImportError) -> ConfigurationError:
+    """The error for a driver that is not installed."""
+    hint = dialect_class(url.get_backend_name()).driver_hint
+    return ConfigurationError(f"the driver of {url.drivername} is not installed ({exc}): {hint}")
 
 
 def engine_options(url: sa.URL, given: dict[str, Any] | None) -> dict[str, Any]:
@@ -41,8 +76,11 @@ def create_engine(
 ) -> Engine:
     """An engine on ``url`` as readyq makes its own: the dialect's options (updated with
     ``options``) and the session timeouts."""
-    parsed = sa.make_url(url)
-    engine = sa.create_engine(parsed, **engine_options(parsed, options))
+    parsed = checked_url(url, asynchronous=False)
+    try:
+        engine = sa.create_engine(parsed, **engine_options(parsed, options))
+    except ImportError as exc:
+        raise missing_driver(parsed, exc) from None
     install_session_timeouts(engine, idle_transaction_timeout)
     return engine
 

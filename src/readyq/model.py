@@ -66,7 +66,11 @@ def from_epoch(value: float | None) -> datetime | None:
 
 @dataclass(frozen=True)
 class JobInfo:
-    """A snapshot of one job, as returned by ``Queue.get``."""
+    """A snapshot of one job, as returned by ``Queue.get``.
+
+    ``attempt`` is the number of the job's latest attempt (0 before its first claim), the
+    same number a handler sees as ``Job.attempt``; ``attempts`` is kept as its alias.
+    """
 
     id: int
     type: str
@@ -88,6 +92,12 @@ class JobInfo:
     finished_at: datetime | None
     lease_owner: str | None
     unique_key: str | None = None
+
+    @property
+    def attempt(self) -> int:
+        """The number of the latest attempt: ``Job.attempt`` of the attempt that ran last
+        (or runs now); 0 before the first claim."""
+        return self.attempts
 
     @property
     def is_terminal(self) -> bool:

@@ -52,31 +52,41 @@ def _dumps(value: Any) -> str:
     )
 
 
+# The verbs of the messages below, for a plural or a singular subject.
+_VERBS = {"args": ("are", "take", "hold"), "result": ("is", "takes", "holds")}
+
+
 def encode(value: Any, *, max_bytes: int, what: str = "args") -> str:
-    """Encode ``value`` as compact strict JSON, or raise PayloadNotJSON / PayloadTooLarge."""
+    """Encode ``value`` as compact strict JSON, or raise PayloadNotJSON / PayloadTooLarge.
+
+    ``what`` names the value in the messages: ``args`` or ``result``.
+    """
+    are, take, hold = _VERBS.get(what, _VERBS["args"])
     if value is None and max_bytes >= 4:  # what most handlers return
         return "null"
     try:
         text = _dumps(value)
     except (TypeError, ValueError) as exc:
-        raise PayloadNotJSON(f"{what} are not JSON-serialisable: {exc}") from None
+        raise PayloadNotJSON(f"{what} {are} not JSON-serialisable: {exc}") from None
     except RecursionError:
         raise PayloadNotJSON(
-            f"{what} are nested deeper than {MAX_DEPTH} levels (or contain themselves)"
+            f"{what} {are} nested deeper than {MAX_DEPTH} levels (or contain themselves)"
         ) from None
     # Each level of nesting takes two characters of the text, so a short text cannot be
     # too deep: only a long one is walked.
     if len(text) > 2 * MAX_DEPTH and _depth(value, MAX_DEPTH) > MAX_DEPTH:
-        raise PayloadNotJSON(f"{what} are nested deeper than {MAX_DEPTH} levels")
+        raise PayloadNotJSON(f"{what} {are} nested deeper than {MAX_DEPTH} levels")
     if text.isascii():
         size = len(text)
     else:
         try:
             size = len(text.encode("utf-8"))
         except UnicodeEncodeError:  # a lone surrogate: not storable as UTF-8 anywhere
-            raise PayloadNotJSON(f"{what} hold a string that is not valid Unicode") from None
+            raise PayloadNotJSON(f"{what} {hold} a string that is not valid Unicode") from None
     if size > max_bytes:
-        raise PayloadTooLarge(f"{what} take {size} bytes as JSON, over the limit of {max_bytes}")
+        raise PayloadTooLarge(
+            f"{what} {take} {size} bytes as JSON, over the limit of {max_bytes}"
+        )
     return text
 
 

@@ -8,7 +8,7 @@ import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timedelta
 from typing import Any, NamedTuple, TypeVar
 
 import sqlalchemy as sa
@@ -196,6 +196,11 @@ class Queue:
             )
         if isinstance(url, Engine):
             engine, owned = url, False
+        elif isinstance(getattr(url, "sync_engine", None), Engine):  # an AsyncEngine
+            raise ConfigurationError(
+                "readyq.Queue takes a synchronous Engine; use readyq.AsyncQueue with an "
+                "AsyncEngine"
+            )
         else:
             engine = create_engine(
                 url, options=engine_options, idle_transaction_timeout=idle_timeout
@@ -490,8 +495,14 @@ class Queue:
         run_at: float | None = None
         delay: float | None = None
         if isinstance(run_after, datetime):
-            if run_after.tzinfo is None:
-                run_after = run_after.replace(tzinfo=timezone.utc)
+            if run_after.tzinfo is None or run_after.utcoffset() is None:
+                # A naive datetime means local time to datetime.now() but UTC to
+                # timestamp() of a replaced tzinfo: refuse the ambiguity.
+                raise InvalidJobOption(
+                    f"run_after {run_after.isoformat()} is a naive datetime: give an aware "
+                    "one (datetime.now(timezone.utc) + timedelta(...)) or a delay in "
+                    "seconds or as a timedelta"
+                )
             run_at = run_after.timestamp()
         elif run_after is not None:
             delay = _seconds(run_after, "run_after", allow_zero=True)
@@ -548,7 +559,8 @@ class Queue:
             depends_on: job ids that must all end ``done`` before this one starts. If one
                 ends failed or cancelled, this job ends ``upstream_failed``.
             parent: a container (see :meth:`enqueue_container`) this job belongs to.
-            run_after: not before this time (aware datetime, naive = UTC) or delay.
+            run_after: not before this time (an aware datetime; a naive one raises
+                InvalidJobOption) or a delay (seconds or timedelta).
             max_attempts: overrides the handler's (or the queue's) attempts.
             timeout: overrides the handler's timeout for this job.
             unique_key: deduplicate: while a job holding this key has not ended (it is

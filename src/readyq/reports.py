@@ -80,6 +80,20 @@ class OldestReady:
 
 
 @dataclass(frozen=True)
+class UnclaimedType:
+    """A job type with runnable jobs that have waited longer than the status threshold
+    while none of its jobs is in flight: most likely no running worker handles it."""
+
+    type: str
+    runnable: int
+    oldest_age: float
+
+    def to_json(self) -> dict[str, Any]:
+        return {"type": self.type, "runnable": self.runnable,
+                "oldest_age_seconds": round3(self.oldest_age)}
+
+
+@dataclass(frozen=True)
 class Status:
     """A snapshot of the queue, read in one pass with the database's clock."""
 
@@ -91,6 +105,7 @@ class Status:
     deferred: int
     oldest_ready: OldestReady | None
     workers: list[WorkerSeen]
+    unclaimed_types: list[UnclaimedType] = field(default_factory=list)
 
     @property
     def total(self) -> int:
@@ -107,6 +122,7 @@ class Status:
             "deferred": self.deferred,
             "oldest_ready": None if self.oldest_ready is None else self.oldest_ready.to_json(),
             "workers": [w.to_json() for w in self.workers],
+            "unclaimed_types": [u.to_json() for u in self.unclaimed_types],
         }
 
 

@@ -26,7 +26,7 @@ from functools import partial
 from typing import Any
 
 from readyq.config import WorkerOptions
-from readyq.errors import ConfigurationError, InvalidJob, LeaseLost
+from readyq.errors import ConfigurationError, InvalidJob, InvalidJobResult, LeaseLost
 from readyq.handlers import HandlerSpec
 from readyq.metrics import FINISHED_STATES, Observers
 from readyq.model import ClaimedJob, Flag, Job, job_log_fields
@@ -243,14 +243,17 @@ def done_outcome(
 ) -> Outcome:
     """The outcome of an attempt whose handler returned ``value``.
 
-    Raises ValueError when the value cannot be stored (or fails the handler's
-    ``result_model``); the caller treats that as the handler's failure.
+    Raises InvalidJobResult when the value cannot be stored (or fails the handler's
+    ``result_model``); the caller fails the attempt with it.
     """
     value = dump_result(None if spec is None else spec.result_model, c.type, value)
     try:
         result_json = encode(value, max_bytes=max_bytes, what="result")
     except InvalidJob as exc:
-        raise ValueError(str(exc)) from None
+        raise InvalidJobResult(
+            f"the handler of job type {c.type!r} returned a result that cannot be stored: "
+            f"the {exc}"
+        ) from None
     return Outcome(job=c, kind=OutcomeKind.DONE, result_json=result_json, duration=duration)
 
 
@@ -838,13 +841,19 @@ class Worker:
                  "state": state, "duration": round(o.duration, 6)}
         if o.error_type is not None:
             extra["error_type"] = o.error_type
+        # The handler returned, but its result could not be stored: say so, not "raised".
+        how = (
+            "returned a result that could not be stored"
+            if o.error_type == InvalidJobResult.__name__
+            else f"raised {o.error_type}"
+        )
         if o.kind == OutcomeKind.RETRY:
             extra.update(event="job_retry_scheduled", retry_in=round(o.delay, 3))
-            log.info("job %d (%s) attempt %d raised %s after %.3fs; retry in %.1fs",
-                     c.id, c.type, c.attempt, o.error_type, o.duration, o.delay, extra=extra)
+            log.info("job %d (%s) attempt %d %s after %.3fs; retry in %.1fs",
+                     c.id, c.type, c.attempt, how, o.duration, o.delay, extra=extra)
         elif o.kind == OutcomeKind.FAIL:
-            log.warning("job %d (%s) attempt %d raised %s after %.3fs; the job failed",
-                        c.id, c.type, c.attempt, o.error_type, o.duration, extra=extra)
+            log.warning("job %d (%s) attempt %d %s after %.3fs; the job failed",
+                        c.id, c.type, c.attempt, how, o.duration, extra=extra)
         else:
             log.info("job %d (%s) attempt %d %s after %.3fs", c.id, c.type, c.attempt,
                      state, o.duration, extra=extra)

@@ -158,7 +158,9 @@ def test_results_that_are_not_json_fail_the_attempt_with_a_clear_error(
         info = queue.get(job_id)
         assert info.state is JobState.FAILED, name
         assert info.result is None, name
-        assert "ValueError" in (info.error or ""), (name, info.error)
+        # InvalidJobResult (a ValueError): the handler returned, its result was refused.
+        assert "InvalidJobResult" in (info.error or ""), (name, info.error)
+        assert "returned a result that cannot be stored" in (info.error or ""), name
 
 
 def test_nesting_at_the_depth_limit_round_trips_and_one_more_level_is_refused(

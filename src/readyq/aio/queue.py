@@ -23,6 +23,7 @@ from readyq import engines
 from readyq.aio.worker import AsyncWorker
 from readyq.config import WorkerOptions, WorkerOptionsDict
 from readyq.engines import DEFAULT_IDLE_TRANSACTION_TIMEOUT
+from readyq.errors import ConfigurationError
 from readyq.handlers import HandlerSpec
 from readyq.model import Enqueued, GroupStats, JobInfo
 from readyq.payload import DEFAULT_MAX_PAYLOAD_BYTES
@@ -65,10 +66,18 @@ class AsyncQueue:
         idle_timeout = queue_duration(idle_transaction_timeout, "idle_transaction_timeout")
         if isinstance(url, AsyncEngine):
             engine, owned = url, False
+        elif isinstance(url, sa.Engine):
+            raise ConfigurationError(
+                "readyq.AsyncQueue takes an AsyncEngine; use readyq.Queue with a "
+                "synchronous Engine"
+            )
         else:
-            parsed = sa.make_url(url)
+            parsed = engines.checked_url(url, asynchronous=True)
             options = engines.engine_options(parsed, engine_options)
-            engine, owned = create_async_engine(parsed, **options), True
+            try:
+                engine, owned = create_async_engine(parsed, **options), True
+            except ImportError as exc:
+                raise engines.missing_driver(parsed, exc) from None
             engines.install_session_timeouts(engine.sync_engine, idle_timeout)
         self.async_engine = engine
         self._owned = owned

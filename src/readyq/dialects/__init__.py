@@ -56,6 +56,11 @@ def dialect_class(name: str) -> type[Dialect]:
         return MySQLDialect
     if name == "sqlite":
         return SQLiteDialect
+    if name == "postgres":
+        raise UnsupportedDatabase(
+            "postgres:// is not a SQLAlchemy URL scheme: use postgresql+psycopg://... "
+            "(pip install 'readyq[postgresql]')"
+        )
     raise UnsupportedDatabase(
         f"readyq runs on SQLite, PostgreSQL, MySQL and MariaDB; not on {name!r}"
     )

@@ -226,6 +226,9 @@ class Dialect(ABC):
         :mod:`readyq.engines`. None by default."""
         return []
 
+    # The URL scheme and the extra that install readyq's usual driver for this database.
+    driver_hint: ClassVar[str] = ""
+
     @classmethod
     def database_file(cls, url: sa.URL) -> str | None:
         """The file that holds the database at ``url``, for a database that lives in one

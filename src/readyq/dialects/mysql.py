@@ -197,6 +197,9 @@ class MySQLDialect(Dialect):
     table_traits: ClassVar[TableTraits] = TableTraits(
         partial_indexes=False, named_primary_keys=False
     )
+    driver_hint: ClassVar[str] = (
+        "use mysql+pymysql://... (async: mysql+asyncmy://) and pip install 'readyq[mysql]'"
+    )
     # 1213 deadlock, 1205 lock wait timeout, 1020 record changed (MariaDB 11.6+ snapshot
     # isolation), 2006/2013 server gone / lost connection, 1927 connection killed,
     # 1053 server shutdown.

@@ -129,6 +129,10 @@ class PostgresDialect(Dialect):
         row_locks=True, autocommit_reads=True,
     )
     table_traits: ClassVar[TableTraits] = TableTraits(type_test=array_member)
+    driver_hint: ClassVar[str] = (
+        "use postgresql+psycopg://... (async: postgresql+asyncpg:// or "
+        "postgresql+psycopg://) and pip install 'readyq[postgresql]'"
+    )
     # serialization_failure, deadlock_detected, lock_not_available, admin/crash shutdown,
     # cannot_connect_now (server starting up).
     retryable_codes: ClassVar[frozenset[object]] = frozenset(

@@ -115,6 +115,7 @@ class SQLiteDialect(Dialect):
     # locked database, a full disk or a file that cannot be opened have codes of their own.
     # (Python 3.10's sqlite3 does not report the code: there such errors are waited out.)
     permanent_codes: ClassVar[frozenset[object]] = frozenset({"SQLITE_ERROR"})
+    driver_hint: ClassVar[str] = "use sqlite:///path (async: sqlite+aiosqlite:///path)"
 
     @classmethod
     def engine_options(cls) -> dict[str, Any]:

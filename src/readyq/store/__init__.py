@@ -17,7 +17,9 @@ than one: a reclaim reads before it writes; a prune deletes batch by batch).
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import os
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeVar
@@ -106,6 +108,10 @@ class Store:
             prefix, dialect_class(engine.dialect.name).table_traits
         )
         self.url = engine.url
+        # A database file this store's first connection will create: removed again if
+        # the store finds no tables in it (see ``_forget_created_file``).
+        path = dialect_class(engine.dialect.name).database_file(engine.url)
+        self._new_file = path if path is not None and not os.path.exists(path) else None
         self.clock = Clock()
         self.hooks = Hooks()
         self._given_engine = engine
@@ -199,10 +205,26 @@ class Store:
     def _translate(self, exc: BaseException) -> None:
         context = self._context
         if context is not None and context.dialect.is_missing_table(exc):
+            self._forget_created_file()
             raise SchemaNotFound(
                 f"readyq tables with prefix {self.tables.prefix!r} are missing: "
                 "call Queue.create_schema() first"
             ) from exc
+
+    def _forget_created_file(self) -> None:
+        """Remove the database file this store's connection created, if it holds no
+        table at all: a typo in a path must not leave an empty database behind."""
+        path, self._new_file = self._new_file, None
+        if path is None or not os.path.exists(path):
+            return
+        engine = self._engine or self._given_engine
+        with engine.connect() as conn:
+            empty = not sa.inspect(conn).get_table_names()
+        if empty:
+            engine.dispose()
+            for name in (path, f"{path}-wal", f"{path}-shm", f"{path}-journal"):
+                with contextlib.suppress(FileNotFoundError):
+                    os.remove(name)
 
     def write(
         self,
@@ -545,9 +567,9 @@ class Store:
         """Per group: claimable jobs, the longest wait among them, and jobs in flight."""
         return self.read(lambda conn: inspection.group_stats(self.context, conn))
 
-    def status(self) -> Status:
+    def status(self, *, unclaimed_after: float = 60.0) -> Status:
         """A snapshot of the queue, read in one pass with the database's clock."""
-        return self.read(lambda conn: inspection.status(self.context, conn))
+        return self.read(lambda conn: inspection.status(self.context, conn, unclaimed_after))
 
     def job_detail(self, job_id: int) -> JobDetail:
         """Everything about one job: see :func:`readyq.store.inspection.job_detail`."""

@@ -24,6 +24,7 @@ from readyq.reports import (
     Node,
     OldestReady,
     Status,
+    UnclaimedType,
     WorkerSeen,
     ordered_states,
 )
@@ -107,9 +108,11 @@ def check_schema(ctx: StoreContext, conn: Connection) -> None:
 
 
 
-def status(ctx: StoreContext, conn: Connection) -> Status:
+def status(ctx: StoreContext, conn: Connection, unclaimed_after: float = 60.0) -> Status:
     """Jobs per state and per group, what is in flight, the oldest runnable job's wait,
-    and the workers holding leases (distinct ``lease_owner`` of leased/running jobs)."""
+    the workers holding leases (distinct ``lease_owner`` of leased/running jobs), and the
+    types whose runnable jobs have waited more than ``unclaimed_after`` seconds with none
+    of their jobs in flight."""
     j = ctx.tables.jobs
     now = float(conn.execute(sa.select(ctx.now)).scalar_one())
     states: dict[str, int] = {}
@@ -146,6 +149,23 @@ def status(ctx: StoreContext, conn: Connection) -> Status:
             since=float(row.since),
             age=max(0.0, now - float(row.since)),
         )
+    # Per type: its runnable jobs and their longest wait, and whether any job of it is in
+    # flight (that range is bounded by the cap).
+    by_type = conn.execute(
+        sa.select(j.c.type, sa.func.count().label("n"), sa.func.min(since).label("since"))
+        .where(due)
+        .group_by(j.c.type)
+    ).all()
+    busy = set(
+        conn.execute(
+            sa.select(j.c.type).where(state_in(ctx.tables, *IN_FLIGHT_STATES)).distinct()
+        ).scalars()
+    )
+    unclaimed = [
+        UnclaimedType(type=r.type, runnable=int(r.n), oldest_age=max(0.0, now - float(r.since)))
+        for r in by_type
+        if r.type not in busy and now - float(r.since) > unclaimed_after
+    ]
     workers = []
     for r in conn.execute(
         sa.select(
@@ -183,6 +203,7 @@ def status(ctx: StoreContext, conn: Connection) -> Status:
         deferred=deferred,
         oldest_ready=oldest,
         workers=workers,
+        unclaimed_types=sorted(unclaimed, key=lambda u: -u.oldest_age),
     )
 
 
