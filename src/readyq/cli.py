@@ -927,9 +927,20 @@ def cmd_show(args: argparse.Namespace) -> int:
     table.add_row("state", _state(f["state"]))
     table.add_row("group", _text(f"{f['group']} (weight {f['weight']})"))
     table.add_row("priority", _text(f["priority"]))
-    table.add_row("attempts", _text(f"{f['attempts']} of {f['max_attempts']}"))
-    if f["timeout"] is not None:
-        table.add_row("timeout", _text(f"{f['timeout']:g}s"))
+    # The rule for every handler setting: a value given at enqueue wins; otherwise the
+    # registration of the handler that runs the job decides, when it runs.
+    most = f["max_attempts"]
+    table.add_row(
+        "attempts",
+        _text(f"{f['attempts']} of {most}" if most is not None
+              else f"{f['attempts']} (the handler's max_attempts decides when it runs)"),
+    )
+    if not f["is_container"]:
+        table.add_row(
+            "timeout",
+            _text(f"{f['timeout']:g}s (given at enqueue)" if f["timeout"] is not None
+                  else "the handler's, if any"),
+        )
     if f["is_container"]:
         table.add_row(
             "children", _text(", ".join(f"{k} {v}" for k, v in detail.children.items()) or "none")

@@ -79,7 +79,8 @@ class JobInfo:
     result: Any
     error: str | None
     attempts: int
-    max_attempts: int
+    # None until a job enqueued without max_attempts first runs: its handler decides.
+    max_attempts: int | None
     group: str
     weight: int
     priority: int

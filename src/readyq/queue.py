@@ -36,7 +36,12 @@ from readyq.payload import DEFAULT_MAX_PAYLOAD_BYTES, encode
 from readyq.planning.backoff import DEFAULT_RETRY_BASE, DEFAULT_RETRY_MAX
 from readyq.planning.dag import insertion_order
 from readyq.rate_limits import RateLimit
-from readyq.schema import DEFAULT_PREFIX, key_problem, validate_prefix
+from readyq.schema import (
+    DEFAULT_PREFIX,
+    MAX_ATTEMPTS_FROM_HANDLER,
+    key_problem,
+    validate_prefix,
+)
 from readyq.store import BatchJob, NewJob, Store
 from readyq.validation import check_model, normalize_args
 from readyq.worker import Worker, WorkerStats
@@ -462,8 +467,12 @@ class Queue:
             )
         spec = None if is_container else self._handlers.get(type)
         if max_attempts is None:
-            max_attempts = (spec.max_attempts if spec else None) or self.default_max_attempts
-        if isinstance(max_attempts, bool) or not isinstance(max_attempts, int) or max_attempts < 1:
+            # Not given: the worker's handler decides when the job first runs, so that
+            # a producer without the handler stores no guess.
+            max_attempts = MAX_ATTEMPTS_FROM_HANDLER
+        elif (
+            isinstance(max_attempts, bool) or not isinstance(max_attempts, int) or max_attempts < 1
+        ):
             raise InvalidJobOption(f"max_attempts must be an int >= 1, not {max_attempts!r}")
         return _Options(
             type, group, weight, priority, max_attempts, _seconds(timeout, "timeout"),
@@ -561,8 +570,10 @@ class Queue:
             parent: a container (see :meth:`enqueue_container`) this job belongs to.
             run_after: not before this time (an aware datetime; a naive one raises
                 InvalidJobOption) or a delay (seconds or timedelta).
-            max_attempts: overrides the handler's (or the queue's) attempts.
-            timeout: overrides the handler's timeout for this job.
+            max_attempts: the attempts before the job fails for good. A value given here
+                wins; without one, the handler's ``max_attempts`` (else the worker's
+                queue's ``default_max_attempts``) decides when the job first runs.
+            timeout: the same rule: given here it wins, else the handler's.
             unique_key: deduplicate: while a job holding this key has not ended (it is
                 waiting, ready, leased or running), enqueueing another job with the same
                 key writes nothing and returns the existing job's id. Once that job is
@@ -856,6 +867,7 @@ class Queue:
             WorkerOptions(**options),
             max_payload_bytes=self.max_payload_bytes,
             listen=self.listen,
+            default_max_attempts=self.default_max_attempts,
         )
 
     def run_worker(

@@ -142,6 +142,12 @@ def validate_prefix(prefix: str) -> str:
 # The id of the gate table's single row.
 GATE_ID = 1
 
+# ``max_attempts`` of a job enqueued without one: the handler's registration decides,
+# in the claim that first runs the job (``readyq.dialects.base.lease_values``).
+MAX_ATTEMPTS_FROM_HANDLER = 0
+# What such a job gets when the claim knows no handler for its type.
+FALLBACK_MAX_ATTEMPTS = 3
+
 # A new job row. The columns a batch insert takes from each job, and the ones every new
 # job starts with:
 BULK_COLUMNS = (

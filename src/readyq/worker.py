@@ -34,6 +34,7 @@ from readyq.payload import decode, encode
 from readyq.planning.backoff import retry_delay
 from readyq.planning.caps import current_cap
 from readyq.rate_limits import RateLimit
+from readyq.schema import FALLBACK_MAX_ATTEMPTS
 from readyq.store import Lease, Outcome, OutcomeKind, Store
 from readyq.tracing import attempt_span, mark_failed, spans_enabled
 from readyq.transient import BACKOFF_MAX, describe, is_transient, next_backoff
@@ -305,6 +306,7 @@ class Worker:
         *,
         max_payload_bytes: int,
         listen: bool | None = None,
+        default_max_attempts: int = FALLBACK_MAX_ATTEMPTS,
     ) -> None:
         self.store = store
         self.options = options
@@ -320,6 +322,8 @@ class Worker:
         self.shutdown_grace = options.grace_seconds
         self.max_payload_bytes = max_payload_bytes
         self.listen = listen
+        # Attempts of a job enqueued without max_attempts whose handler sets none.
+        self.default_max_attempts = default_max_attempts
         self._grace_until: float | None = None
         if not handlers:
             raise ConfigurationError("register at least one handler before starting a worker")
@@ -683,10 +687,16 @@ class Worker:
     # -- steps --------------------------------------------------------------------------
 
     @property
-    def _start_policies(self) -> dict[str, tuple[float | None, bool]]:
-        """Per job type: the handler's timeout and timeout policy, applied at start."""
+    def _start_policies(self) -> dict[str, tuple[float | None, bool, int]]:
+        """Per job type: the handler's timeout, timeout policy and attempts, applied at
+        start to jobs enqueued without their own."""
         return {
-            t: (self.handlers[t].timeout, self.handlers[t].retry_on_timeout) for t in self.types
+            t: (
+                self.handlers[t].timeout,
+                self.handlers[t].retry_on_timeout,
+                self.handlers[t].max_attempts or self.default_max_attempts,
+            )
+            for t in self.types
         }
 
     def _launch(self, claimed: list[ClaimedJob], lease_until: float) -> None:

@@ -42,7 +42,7 @@ COVERED = {
     "runnable_counts", "in_flight", "in_flight_and_history", "claim_jobs",
     "record_progress", "start_leased", "extend_leases", "hand_back", "lease_rows",
     "mark_done", "error_code", "is_retryable", "is_disconnect", "is_missing_table",
-    "is_permanent", "database",
+    "is_permanent", "database", "driver_hint",
 }
 
 
@@ -94,6 +94,7 @@ def test_engine_facts(queue: readyq.Queue, db: str) -> None:
     d = queue.store.dialect
     assert d.database in ("sqlite", "postgresql", "mysql", "mariadb")
     assert d.database == queue.database
+    assert "://" in cls.driver_hint  # names the URL to use
     path = cls.database_file(url)
     assert (path is not None) == (d.database == "sqlite")
     d.check_server()  # the test servers are supported: no error

@@ -316,6 +316,7 @@ class AsyncQueue:
             WorkerOptions(**options),
             max_payload_bytes=q.max_payload_bytes,
             listen=q.listen,
+            default_max_attempts=q.default_max_attempts,
         )
 
     async def run_worker(

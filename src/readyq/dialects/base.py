@@ -33,7 +33,16 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
 
 from readyq.model import IN_FLIGHT_STATES, ClaimedJob
-from readyq.schema import BULK_COLUMNS, BULK_CONSTANTS, GATE_ID, ROW_KEYS, Tables, TableTraits
+from readyq.schema import (
+    BULK_COLUMNS,
+    BULK_CONSTANTS,
+    FALLBACK_MAX_ATTEMPTS,
+    GATE_ID,
+    MAX_ATTEMPTS_FROM_HANDLER,
+    ROW_KEYS,
+    Tables,
+    TableTraits,
+)
 from readyq.sql import jobs as job_sql
 from readyq.sql import leases as lease_sql
 from readyq.sql.ready import (
@@ -79,9 +88,10 @@ class ClaimRequest:
     limit: int
     ttl: float
     types: Sequence[str] | None
-    # job type -> (timeout seconds or None, retry_on_timeout): start the jobs as they are
-    # claimed (running, with a deadline) instead of leaving them leased.
-    start: Mapping[str, tuple[float | None, bool]] | None = None
+    # job type -> (timeout seconds or None, retry_on_timeout[, max_attempts]): start the
+    # jobs as they are claimed (running, with a deadline) instead of leaving them leased;
+    # the optional max_attempts is given to jobs of the type enqueued without one.
+    start: Mapping[str, tuple[Any, ...]] | None = None
 
     def shape(self) -> tuple[Any, ...]:
         """What the claim statement's text depends on (the rest is bound at execution)."""
@@ -807,15 +817,22 @@ def done_values(now: sa.ColumnElement[float], result: Any) -> dict[str, Any]:
     }
 
 
-def claimed_from_row(row: Any, *, before_update: bool = False) -> ClaimedJob:
+def claimed_from_row(
+    row: Any, *, before_update: bool = False, req: ClaimRequest | None = None
+) -> ClaimedJob:
     """Build a ClaimedJob from a row of the claim's columns (``claim_columns``).
 
     ``before_update`` says the row was read before the claim's UPDATE (MySQL), so the
-    attempt and the fencing token are one more than read.
+    attempt and the fencing token are one more than read, and ``max_attempts`` is what
+    the UPDATE of ``req`` (:func:`lease_values`) sets.
     """
     if not before_update:
         return ClaimedJob._make(row)
     id_, type_, args, attempts, max_attempts, token, group, parent, timeout = row
+    if max_attempts == MAX_ATTEMPTS_FROM_HANDLER:
+        policy = (req.start or {}).get(type_) if req is not None else None
+        given = policy[2] if policy is not None and len(policy) > 2 else None
+        max_attempts = int(given) if given else FALLBACK_MAX_ATTEMPTS
     return ClaimedJob(
         id_, type_, args, int(attempts) + 1, max_attempts, int(token) + 1, group, parent,
         timeout,
@@ -900,7 +917,18 @@ def lease_values(t: Tables, req: ClaimRequest, now: sa.ColumnElement[float]) -> 
     The owner and the lease length are bound parameters (``req.params()``); only the
     start policies shape the SQL."""
     j = t.jobs
+    # Jobs enqueued without max_attempts take their handler's now (the rule: a value given
+    # at enqueue wins, else the registration of the handler that runs the job).
+    attempts = {k: int(v[2]) for k, v in (req.start or {}).items() if len(v) > 2 and v[2]}
+    resolved: Any = (
+        sa.case(attempts, value=j.c.type, else_=FALLBACK_MAX_ATTEMPTS)
+        if attempts
+        else FALLBACK_MAX_ATTEMPTS
+    )
     values: dict[str, Any] = {
+        "max_attempts": sa.case(
+            (j.c.max_attempts == MAX_ATTEMPTS_FROM_HANDLER, resolved), else_=j.c.max_attempts
+        ),
         "state": "leased",
         "lease_owner": OWNER,
         "lease_token": j.c.lease_token + 1,

@@ -503,7 +503,7 @@ class MySQLDialect(Dialect):
             raise RuntimeError(  # the rows are locked by this transaction: cannot happen
                 f"claim updated {result.rowcount} of {len(ids)} locked rows"
             )
-        return [claimed_from_row(row, before_update=True) for row in rows]
+        return [claimed_from_row(row, before_update=True, req=req) for row in rows]
 
     def record_progress(self, conn: Connection, t: Tables, progress: Progress) -> None:
         """A multi-row ``INSERT ... ON DUPLICATE KEY UPDATE`` per ``PER_GROUP_PARAMS``

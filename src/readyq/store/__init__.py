@@ -74,8 +74,8 @@ log = logging.getLogger("readyq.store")
 
 T = TypeVar("T")
 
-# A worker's start policies: job type -> (timeout seconds or None, retry_on_timeout).
-StartPolicies = Mapping[str, tuple[float | None, bool]]
+# A worker's start policies: job type -> (timeout or None, retry_on_timeout, max_attempts).
+StartPolicies = Mapping[str, tuple[Any, ...]]
 
 
 class _DryRun(Exception):

@@ -57,7 +57,7 @@ def claim_jobs(
     limit: int,
     ttl: float,
     types: Sequence[str] | None,
-    start: Mapping[str, tuple[float | None, bool]] | None = None,
+    start: Mapping[str, tuple[Any, ...]] | None = None,
     rate_limits: Mapping[str, RateLimit] | None = None,
 ) -> ClaimReceipt:
     """Claim up to ``limit`` jobs under a global cap of ``cap``, in the open transaction.

@@ -16,6 +16,7 @@ from sqlalchemy.engine import Connection
 from readyq.errors import JobNotFound, NotRetryable
 from readyq.model import BAD_ENDS, IN_FLIGHT_STATES, TERMINAL_STATES, UNFINISHED_STATES
 from readyq.reports import RetryResult
+from readyq.schema import MAX_ATTEMPTS_FROM_HANDLER
 from readyq.store.context import StoreContext
 from readyq.store.enqueue import taken_keys
 from readyq.store.graph import propagate
@@ -233,7 +234,12 @@ def retry(ctx: StoreContext, conn: Connection, job_id: int, extra: int) -> Retry
                     lease_expires=None,
                     deadline=None,
                     cancel_requested=False,
-                    max_attempts=sa.case((j.c.max_attempts < bump, bump), else_=j.c.max_attempts),
+                    # Still the handler's to decide if it was never given, else raised.
+                    max_attempts=sa.case(
+                        (j.c.max_attempts == MAX_ATTEMPTS_FROM_HANDLER, j.c.max_attempts),
+                        (j.c.max_attempts < bump, bump),
+                        else_=j.c.max_attempts,
+                    ),
                     updated_at=now,
                 )
             )

@@ -28,11 +28,17 @@ from readyq.reports import (
     WorkerSeen,
     ordered_states,
 )
+from readyq.schema import MAX_ATTEMPTS_FROM_HANDLER
 from readyq.sql.ready import runnable, state_in
 from readyq.store.context import StoreContext
 
 # IN lists are sent in chunks of this many ids (well under every database's limit).
 CHUNK = 500
+
+
+def _max_attempts(stored: Any) -> int | None:
+    """A stored ``max_attempts``; None for a job whose handler decides when it runs."""
+    return None if int(stored) == MAX_ATTEMPTS_FROM_HANDLER else int(stored)
 
 
 def chunks(ids: Iterable[int], size: int = CHUNK) -> Iterable[list[int]]:
@@ -233,7 +239,8 @@ def job_detail(ctx: StoreContext, conn: Connection, job_id: int) -> JobDetail:
         "weight": int(m["weight"]),
         "priority": int(m["priority"]),
         "attempts": int(m["attempts"]),
-        "max_attempts": int(m["max_attempts"]),
+        # None until the job first runs when enqueued without one (its handler decides).
+        "max_attempts": _max_attempts(m["max_attempts"]),
         "timeout": m["timeout"],
         "retry_on_timeout": bool(m["retry_on_timeout"]),
         "pending_deps": int(m["pending_deps"]),
@@ -406,7 +413,7 @@ def info_from_row(row: Any, depends_on: tuple[int, ...]) -> JobInfo:
         result=decode(row.result),
         error=row.error,
         attempts=int(row.attempts),
-        max_attempts=int(row.max_attempts),
+        max_attempts=_max_attempts(row.max_attempts),
         group=row.group_key,
         weight=int(row.weight),
         priority=int(row.priority),
