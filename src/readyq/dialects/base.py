@@ -123,9 +123,10 @@ class MarkedDone(NamedTuple):
     dependents: Counter[int] | None
 
 
-# (group, vfinish, served_seq) per group a claim served, the groups that already have a
-# row, and the gate's new clock and sequence: what record_progress stores.
 class Progress(NamedTuple):
+    """What a claim stores of fair share: (group, vfinish, served_seq) per group served,
+    the groups that already have a row, and the gate's new clock and sequence."""
+
     rows: Sequence[tuple[str, float, int]]
     known: set[str]
     vclock: float

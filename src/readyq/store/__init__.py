@@ -588,7 +588,3 @@ class Store:
         channel = self.read(lambda conn: dialect.listen_channel(conn, self.tables.prefix))
         return dialect.start_listener(self.url, channel, on_wake)
 
-
-def info_from_row(row: Any, depends_on: tuple[int, ...]) -> JobInfo:
-    """A :class:`JobInfo` from a row of the jobs table."""
-    return inspection.info_from_row(row, depends_on)
