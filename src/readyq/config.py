@@ -14,6 +14,7 @@ from datetime import timedelta
 from typing import TypedDict
 
 from readyq.errors import ConfigurationError
+from readyq.isolation import DEFAULT_KILL_GRACE, ISOLATIONS
 from readyq.planning.caps import Limit, Limits, normalize
 
 DEFAULT_CONCURRENCY = 1
@@ -35,6 +36,10 @@ class WorkerOptionsDict(TypedDict, total=False):
     max_running: int | None
     shutdown_grace: float | timedelta
     freeze_gc: bool
+    isolation: str
+    kill_grace: float | timedelta
+    max_jobs_per_child: int | None
+    max_memory_per_child: int | None
 
 
 def _positive_seconds(value: float | timedelta, what: str) -> float:
@@ -71,6 +76,15 @@ class WorkerOptions:
         freeze_gc: while the worker runs, leave the objects that existed when it started
             out of the garbage collector's passes (``gc.freeze()``, process-wide, undone
             when the last worker of the process returns).
+        isolation: where handlers that do not choose run: ``"thread"`` (the default) or
+            ``"process"``, a child process the worker kills at the timeout (see
+            :mod:`readyq.isolation`). ``async def`` handlers stay on the event loop
+            unless their registration asks for a process.
+        kill_grace: seconds between the SIGTERM and the SIGKILL of a child at its
+            timeout (and at a terminating cancel).
+        max_jobs_per_child: jobs a child runs before it is replaced (default: no limit).
+        max_memory_per_child: bytes of resident memory a child may use; past them it is
+            killed and its attempt fails, saying so (default: no limit; Linux only).
 
     Raises:
         ConfigurationError: for a value out of its range.
@@ -85,12 +99,17 @@ class WorkerOptions:
     max_running: int | None = None
     shutdown_grace: float | timedelta = DEFAULT_SHUTDOWN_GRACE
     freeze_gc: bool = True
+    isolation: str = "thread"
+    kill_grace: float | timedelta = DEFAULT_KILL_GRACE
+    max_jobs_per_child: int | None = None
+    max_memory_per_child: int | None = None
     # The checked forms, computed once.
     limits: tuple[Limit, ...] = field(init=False, repr=False, compare=False)
     lease_seconds: float = field(init=False, repr=False, compare=False)
     heartbeat_seconds: float = field(init=False, repr=False, compare=False)
     poll_seconds: float = field(init=False, repr=False, compare=False)
     grace_seconds: float = field(init=False, repr=False, compare=False)
+    kill_grace_seconds: float = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         set_ = object.__setattr__
@@ -126,6 +145,17 @@ class WorkerOptions:
                 f"lease_ttl ({self.lease_seconds:g}s), so that one late heartbeat does not "
                 "lose the lease"
             )
+        if self.isolation not in ISOLATIONS:
+            raise ConfigurationError(
+                f"isolation must be one of {', '.join(ISOLATIONS)}, not {self.isolation!r}"
+            )
+        set_(self, "kill_grace_seconds", _positive_seconds(self.kill_grace, "kill_grace"))
+        for name in ("max_jobs_per_child", "max_memory_per_child"):
+            value = getattr(self, name)
+            if value is not None and (
+                isinstance(value, bool) or not isinstance(value, int) or value < 1
+            ):
+                raise ConfigurationError(f"{name} must be an int >= 1, not {value!r}")
         if self.types is not None and (
             isinstance(self.types, (str, bytes)) or not all(isinstance(t, str) for t in self.types)
         ):

@@ -24,6 +24,11 @@ class HandlerSpec:
     args_model: Any = None
     result_model: Any = None
     rate_limit: str | None = None
+    # "thread", "process", or None for the worker's default (see readyq.isolation).
+    isolation: str | None = None
+    # "cooperative" (the handler sees job.cancelled) or "terminate" (a running isolated
+    # job's child is killed).
+    on_cancel: str = "cooperative"
     is_async: bool = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:

@@ -30,6 +30,7 @@ from readyq.errors import (
     UnknownJobType,
 )
 from readyq.handlers import HandlerRegistry, HandlerSpec
+from readyq.isolation import ISOLATIONS, check_importable
 from readyq.metrics import Observers
 from readyq.model import Enqueued, GroupStats, JobInfo
 from readyq.payload import DEFAULT_MAX_PAYLOAD_BYTES, encode
@@ -308,6 +309,8 @@ class Queue:
         args_model: type[Any] | None = None,
         result_model: type[Any] | None = None,
         rate_limit: str | RateLimit | None = None,
+        isolation: str | None = None,
+        on_cancel: str = "cooperative",
     ) -> Callable[[F], F]:
         """Register the function that runs jobs of ``type``.
 
@@ -327,6 +330,14 @@ class Queue:
             rate_limit: a :class:`readyq.RateLimit`, or the name of one defined with
                 :meth:`rate_limit`, that caps how often jobs of this type start, across
                 every worker on the database. Several types may share one limit.
+            isolation: ``"process"`` runs the handler in a child process that the
+                worker kills at the timeout, and whose crash fails only its attempt;
+                ``"thread"`` keeps it in the worker; None (the default) takes the
+                worker's ``isolation``. See :mod:`readyq.isolation` for what such a
+                handler must be (a module-level function, JSON args and result).
+            on_cancel: ``"cooperative"`` (the handler sees ``job.cancelled`` at the next
+                heartbeat) or ``"terminate"`` (a running job in a child process is
+                killed at once and ends cancelled).
 
         The handler gets a :class:`readyq.Job` and returns a JSON-serialisable result
         (or a pydantic model, stored as its JSON dump). It may be ``async def``; it then
@@ -352,8 +363,18 @@ class Queue:
                     "with queue.rate_limit(name, limit, per=...) or pass a readyq.RateLimit"
                 )
             limit_name = rate_limit
+        if isolation is not None and isolation not in ISOLATIONS:
+            raise ConfigurationError(
+                f"isolation must be one of {', '.join(ISOLATIONS)} or None, not {isolation!r}"
+            )
+        if on_cancel not in ("cooperative", "terminate"):
+            raise ConfigurationError(
+                f"on_cancel must be 'cooperative' or 'terminate', not {on_cancel!r}"
+            )
 
         def register(fn: F) -> F:
+            if isolation == "process":
+                check_importable(fn, type)
             self._handlers.register(HandlerSpec(
                 type=type,
                 fn=fn,
@@ -365,6 +386,8 @@ class Queue:
                 args_model=args_model,
                 result_model=result_model,
                 rate_limit=limit_name,
+                isolation=isolation,
+                on_cancel=on_cancel,
             ))
             return fn
 

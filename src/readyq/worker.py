@@ -28,6 +28,7 @@ from typing import Any
 from readyq.config import WorkerOptions
 from readyq.errors import ConfigurationError, InvalidJob, InvalidJobResult, LeaseLost
 from readyq.handlers import HandlerSpec
+from readyq.isolation import ChildPool, JobRequest, Watch, check_importable, run_in_child
 from readyq.metrics import FINISHED_STATES, Observers
 from readyq.model import ClaimedJob, Flag, Job, job_log_fields
 from readyq.payload import decode, encode
@@ -44,6 +45,9 @@ from readyq.wakeup import start_listener
 log = logging.getLogger("readyq.worker")
 
 FLUSH_LINGER = 0.01
+# The error types of attempts that ended with their child process (readyq.isolation).
+CHILD_DIED = "ChildProcessDied"
+CHILD_ENDS = frozenset({"Timeout", "MemoryLimit", CHILD_DIED, "Cancelled", "LeaseLost"})
 
 # Workers of this process that keep the heap frozen (see ``frozen_heap``), and whether
 # the freeze is theirs.
@@ -128,6 +132,8 @@ class RunningAttempt:
     # Whether the attempt runs in a span (asked once per claimed batch: the check reads
     # the environment when no provider is set).
     traced: bool = False
+    # Whether the handler runs in a child process (see readyq.isolation).
+    isolated: bool = False
 
 
 @dataclass
@@ -271,8 +277,23 @@ def failed_outcome(
     Shared by the thread worker and the asyncio worker.
     """
     error = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+    return error_outcome(c, job, spec, error, type(exc).__name__, duration=duration)
+
+
+def error_outcome(
+    c: ClaimedJob,
+    job: Job,
+    spec: HandlerSpec,
+    error: str,
+    error_type: str,
+    *,
+    duration: float = 0.0,
+) -> Outcome:
+    """The outcome of an attempt that ended with ``error`` (a traceback, or what became of
+    its child process): cancel when a cancel was asked, else retry while attempts remain,
+    else fail."""
     common: dict[str, Any] = {
-        "job": c, "error": error, "duration": duration, "error_type": type(exc).__name__,
+        "job": c, "error": error, "duration": duration, "error_type": error_type,
     }
     if job.cancelled:
         return Outcome(kind=OutcomeKind.CANCEL, **common)
@@ -357,6 +378,12 @@ class Worker:
         # How long finished attempts may wait for others to finish, so that they are
         # recorded together in one transaction.
         self.linger = min(FLUSH_LINGER, self.poll_interval)
+        # Job types whose handlers run in child processes, and the pool (made at first use).
+        self.isolated_types = {t for t in self.types if self._isolates(self.handlers[t])}
+        for t in self.isolated_types:
+            check_importable(self.handlers[t].fn, t)
+        self._children: ChildPool | None = None
+        self._children_lock = threading.Lock()
         # Import the tracing API (when installed) now rather than at the first claim,
         # where it held the first jobs back for several milliseconds.
         spans_enabled()
@@ -724,7 +751,7 @@ class Worker:
             _cancelled=cancelled,
         )
         entry = RunningAttempt(c, job, spec, lost, cancelled, lease_until=lease_until,
-                               traced=traced)
+                               traced=traced, isolated=c.type in self.isolated_types)
         stale = self._running.get(c.id)
         if stale is not None:  # an earlier attempt of this job that timed out here
             self._lose(stale)
@@ -751,6 +778,8 @@ class Worker:
     def _attempt(self, entry: RunningAttempt, began: float, span: Any) -> Outcome:
         """Run the handler; the attempt's outcome, whatever the handler did."""
         job, spec = entry.job, entry.spec
+        if entry.isolated:
+            return self._attempt_in_child(entry, began)
         try:
             prepare_job(job, spec)
             value = asyncio.run(spec.fn(job)) if spec.is_async else spec.fn(job)
@@ -758,6 +787,94 @@ class Worker:
                                 duration=time.monotonic() - began)
         except BaseException as exc:  # a handler's failure, whatever it is, fails it
             return self._failed(entry, began, span, exc)
+
+    def _isolates(self, spec: HandlerSpec) -> bool:
+        """Whether ``spec``'s handler runs in a child process: its own choice, else the
+        worker's for plain functions (``async def`` handlers stay on the event loop
+        unless they ask)."""
+        if spec.isolation is not None:
+            return spec.isolation == "process"
+        return self.options.isolation == "process" and not spec.is_async
+
+    def _child_pool(self) -> ChildPool:
+        with self._children_lock:
+            if self._children is None:
+                slots = self.max_running or max(1, current_cap(self.limits))
+                self._children = ChildPool(
+                    keep=slots,
+                    max_jobs=self.options.max_jobs_per_child,
+                    kill_grace=self.options.kill_grace_seconds,
+                    preload=tuple(sorted({
+                        self.handlers[t].fn.__module__ for t in self.isolated_types
+                    })),
+                )
+            return self._children
+
+    def _attempt_in_child(self, entry: RunningAttempt, began: float) -> Outcome:
+        """Run the handler in a child process; the worker keeps the lease, and kills the
+        child at the timeout, on a terminating cancel, past its memory limit, or when the
+        lease is lost."""
+        c, job, spec = entry.claimed, entry.job, entry.spec
+        timeout = c.timeout if c.timeout is not None else spec.timeout
+
+        def heartbeat() -> tuple[bool, bool]:
+            try:
+                self._job_heartbeat(job, lost=entry.lost, cancelled=entry.cancelled)
+            except LeaseLost:
+                pass
+            except Exception:  # the database is down: the loop's heartbeats carry on
+                log.debug("job %d: a heartbeat from its child failed", c.id, exc_info=True)
+            return entry.lost.is_set(), entry.cancelled.is_set()
+
+        request = JobRequest(
+            fn=spec.fn, is_async=spec.is_async, args_model=spec.args_model,
+            result_model=spec.result_model, max_payload_bytes=self.max_payload_bytes,
+            id=c.id, type=c.type, args_json=c.args_json, attempt=c.attempt,
+            max_attempts=c.max_attempts, group=c.group, parent_id=c.parent_id,
+            lease_token=c.lease_token, worker_id=self.worker_id,
+        )
+        watch = Watch(
+            deadline=None if timeout is None else began + timeout,
+            max_memory=self.options.max_memory_per_child,
+            cancelled=entry.cancelled.is_set,
+            terminate_on_cancel=spec.on_cancel == "terminate",
+            lost=entry.lost.is_set,
+            heartbeat=heartbeat,
+        )
+        result = run_in_child(self._child_pool(), request, watch)
+        duration = time.monotonic() - began
+        if result.end is not None:
+            if result.end.result_json is not None:
+                return Outcome(job=c, kind=OutcomeKind.DONE, result_json=result.end.result_json,
+                               duration=duration)
+            return error_outcome(c, job, spec, result.end.error or "", result.end.error_type
+                                 or "Exception", duration=duration)
+        if result.killed == "cancel":
+            return Outcome(job=c, kind=OutcomeKind.CANCEL, duration=duration,
+                           error="cancelled: its child process was terminated",
+                           error_type="Cancelled")
+        if result.killed == "timeout":
+            error = (f"timed out after {timeout:g}s (attempt {c.attempt}): its child process "
+                     "was terminated")
+            if spec.retry_on_timeout and c.attempt < c.max_attempts and not job.cancelled:
+                return Outcome(job=c, kind=OutcomeKind.RETRY, error=error,
+                               delay=retry_delay(c.attempt), duration=duration,
+                               error_type="Timeout")
+            return Outcome(job=c, kind=OutcomeKind.FAIL, error=error, duration=duration,
+                           error_type="Timeout")
+        if result.killed is not None and result.killed.startswith("memory:"):
+            used = int(result.killed.split(":", 1)[1])
+            limit = self.options.max_memory_per_child or 0
+            error = (f"its child process used {used / 2**20:.0f} MiB, over max_memory_per_child "
+                     f"({limit / 2**20:.0f} MiB): killed")
+            return error_outcome(c, job, spec, error, "MemoryLimit", duration=duration)
+        if result.killed == "lost":
+            return error_outcome(c, job, spec, "lease lost: its child process was terminated",
+                                 "LeaseLost", duration=duration)
+        return error_outcome(
+            c, job, spec, f"the child process running the handler {result.crashed}",
+            CHILD_DIED, duration=duration,
+        )
 
     def _failed(
         self, entry: RunningAttempt, began: float, span: Any, exc: BaseException
@@ -851,12 +968,14 @@ class Worker:
                  "state": state, "duration": round(o.duration, 6)}
         if o.error_type is not None:
             extra["error_type"] = o.error_type
-        # The handler returned, but its result could not be stored: say so, not "raised".
-        how = (
-            "returned a result that could not be stored"
-            if o.error_type == InvalidJobResult.__name__
-            else f"raised {o.error_type}"
-        )
+        # The handler returned, but its result could not be stored: say so, not "raised";
+        # an attempt whose child process was killed or died: say what happened to it.
+        if o.error_type == InvalidJobResult.__name__:
+            how = "returned a result that could not be stored"
+        elif o.error_type in CHILD_ENDS and o.error:
+            how = o.error.split(": its child")[0].split("\n")[0]
+        else:
+            how = f"raised {o.error_type}"
         if o.kind == OutcomeKind.RETRY:
             extra.update(event="job_retry_scheduled", retry_in=round(o.delay, 3))
             log.info("job %d (%s) attempt %d %s after %.3fs; retry in %.1fs",
@@ -949,3 +1068,9 @@ class Worker:
                         "expire", self.worker_id, describe(exc),
                         extra={"event": "database_error", "worker_id": self.worker_id,
                                "error_type": exc.__class__.__name__})
+        finally:
+            # Every child ends with the worker: the ones still running a job were handed
+            # back above (their leases marked lost), and are killed here if their
+            # watcher has not done it yet.
+            if self._children is not None:
+                self._children.shutdown()

@@ -179,6 +179,8 @@ class AsyncQueue:
         args_model: type[Any] | None = None,
         result_model: type[Any] | None = None,
         rate_limit: str | RateLimit | None = None,
+        isolation: str | None = None,
+        on_cancel: str = "cooperative",
     ) -> Callable[[F], F]:
         """Register a handler (``async def`` or plain); see :meth:`readyq.Queue.handler`
         (no I/O: nothing to await)."""
@@ -186,7 +188,8 @@ class AsyncQueue:
             type, timeout=timeout, max_attempts=max_attempts,
             retry_on_timeout=retry_on_timeout, retry_backoff=retry_backoff,
             retry_backoff_max=retry_backoff_max, args_model=args_model,
-            result_model=result_model, rate_limit=rate_limit,
+            result_model=result_model, rate_limit=rate_limit, isolation=isolation,
+            on_cancel=on_cancel,
         )
 
     @property

@@ -67,7 +67,8 @@ class _LoopEvent:
 
 
 class _Launcher:
-    """Where the Worker submits attempts: a task for ``async def``, a thread otherwise."""
+    """Where the Worker submits attempts: a task for ``async def`` (unless it runs in a
+    child process, which a thread waits for), a thread otherwise."""
 
     def __init__(self, run_async: Callable[[RunningAttempt], Coroutine[Any, Any, None]]) -> None:
         self._run_async = run_async
@@ -75,7 +76,7 @@ class _Launcher:
         self.tasks: set[asyncio.Task[None]] = set()
 
     def submit(self, fn: Any, entry: RunningAttempt) -> None:
-        if entry.spec.is_async:
+        if entry.spec.is_async and not entry.isolated:
             task = asyncio.get_running_loop().create_task(self._run_async(entry))
             self.tasks.add(task)
             task.add_done_callback(self.tasks.discard)
@@ -85,7 +86,7 @@ class _Launcher:
     def submit_many(self, fn: Any, entries: list[RunningAttempt]) -> None:
         threaded = []
         for entry in entries:
-            if entry.spec.is_async:
+            if entry.spec.is_async and not entry.isolated:
                 self.submit(fn, entry)
             else:
                 threaded.append(entry)
