@@ -534,6 +534,9 @@ def main(argv: list[str] | None = None) -> int:
     # round by round, as the noise between rounds can be as large as a ratio's distance
     # from 1.
     rounds: dict[tuple[str, str, int], list[float]] = {}
+    # Peers that could not run, or failed the checks of their run (a job lost, run twice
+    # or left unfinished), with the reason.
+    failed: dict[str, str] = {}
 
     def log(msg: str) -> None:
         print(msg, file=sys.stderr, flush=True)
@@ -571,6 +574,20 @@ def main(argv: list[str] | None = None) -> int:
                         "postgresql", args.pg_url, args.jobs, p, LARGE_BATCH, prepared=False)),
                     ("proc", lambda p=p: from_peer(peers.run_procrastinate(pg, 2000, p, 10))),
                 ]
+                # The queues a user would pick on each database, at the settings given in
+                # bench/peers.py, with the same jobs as readyq.
+                for kind, url in dbs:
+                    peer_url = loop_url(kind, url)
+                    if kind == "sqlite":
+                        configs.append(("huey sqlite", lambda p=p: from_peer(
+                            peers.run_huey(args.jobs, p))))
+                    configs.append((f"django-tasks {kind}", lambda u=peer_url, p=p: from_peer(
+                        peers.run_django_tasks(u, args.jobs, p))))
+                    if kind != "mariadb":
+                        configs.append((f"dbos {kind}", lambda u=peer_url, p=p: from_peer(
+                            peers.run_dbos(u, args.jobs, p))))
+                configs.append(("chancy postgresql", lambda p=p: from_peer(
+                    peers.run_chancy(pg, args.jobs, p))))
             runs: dict[str, list[Row]] = {label: [] for label, _ in configs}
             skipped: set[str] = set()
             for _ in range(args.repeat):
@@ -584,6 +601,7 @@ def main(argv: list[str] | None = None) -> int:
                             raise
                         log(f"  {label}: skipped ({exc.__class__.__name__}: {exc})")
                         skipped.add(label)
+                        failed[f"{label}, {p} proc"] = f"{exc.__class__.__name__}: {exc}"
                         continue
                     log(f"  {label} {p} proc: {runs[label][-1].jobs_per_s:,.0f} jobs/s")
             for label, _ in configs:
@@ -639,6 +657,11 @@ def main(argv: list[str] | None = None) -> int:
                 elif not r.system.startswith("readyq"):
                     print(f"  readyq / {r.system} ({r.database}, {p} proc): "
                           f"{ours.jobs_per_s / r.jobs_per_s:.2f}x{by_round(ours, r)}")
+
+    if failed:
+        print("\npeers left out of the table (not installed, or a run that failed its checks):")
+        for label, why in failed.items():
+            print(f"  {label}: {why[:300]}")
 
     checked = [r for r in rows if r.peak is not None]
     if checked:
