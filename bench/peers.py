@@ -1,6 +1,6 @@
 """Peer job queues on the same databases, for comparison with readyq.
 
-Three adapters, each a plain function returning a :class:`PeerResult`:
+Adapters, each a plain function returning a :class:`PeerResult`:
 
 ``run_pgqueuer(pg_url, jobs, processes, batch_size)``
     PGQueuer (asyncpg driver).  Installs its schema in a fresh database
@@ -14,6 +14,47 @@ Three adapters, each a plain function returning a :class:`PeerResult`:
     schema applied, ``jobs`` no-op tasks deferred in one batch, then
     ``processes`` workers each running ``run_worker_async(concurrency=...,
     wait=False)`` with the other options at their defaults.
+
+``run_huey(jobs, processes)``
+    huey's ``SqliteHuey`` (SQLite, WAL, its defaults): ``processes`` processes, each
+    one huey consumer worker (what ``huey_consumer -k process -w N`` runs N of: a
+    process's worker threads would share its one SQLite connection, behind a lock, so
+    processes are how huey runs more than one job at a time on SQLite). Results stored
+    (``store_none=True``): a huey task that ran leaves no other trace to check.
+
+``run_django_tasks(url, jobs, processes)``
+    django-tasks with its database backend (``django-tasks-db``) on SQLite,
+    PostgreSQL (psycopg) or MariaDB (PyMySQL, standing in for mysqlclient, which needs
+    the client headers to build): its own ``db_worker`` command in each process, with
+    ``--batch`` (exit when no task is ready) and ``--no-startup-delay``; the one
+    setting changed from Django's defaults is ``CONN_MAX_AGE = None``, persistent
+    connections, as Django's documentation advises where connecting costs (db_worker
+    closes connections older than ``CONN_MAX_AGE`` after every task: reconnecting per
+    job otherwise). The worker claims one task per transaction; it has no setting for
+    more.
+
+``run_dbos(url, jobs, processes)``
+    DBOS queues, system database on SQLite or PostgreSQL: ``processes`` DBOS processes
+    (each its own executor id), queue registered with ``worker_concurrency=100`` and
+    ``polling_interval_sec=0.05``. Without a worker concurrency, the first process to
+    poll claims the whole backlog and a second process has nothing to do; with it, each
+    poll claims up to 100 workflows, as readyq's workers and the loops claim 100. The
+    default polling interval of 1 s would cap a process at 100 workflows a second;
+    0.05 s is the interval readyq's workers poll at when idle. Measured here before
+    choosing: worker concurrency 10, 30, 100, 1000 and none, intervals 0.01, 0.05 and
+    1 s; 100 at 0.05 s was as fast as any within the noise on both databases. DBOS
+    itself calls its SQLite system database one for development and testing.
+
+``run_chancy(pg_url, jobs, processes)``
+    Chancy (PostgreSQL, psycopg), its default plugins: ``processes`` workers, the queue
+    on Chancy's ``AsyncExecutor`` (the no-op is a coroutine) at its default
+    concurrency of 100 per worker, with ``eager_polling=True``: Chancy's documentation
+    offers it where jobs are expected to be continuously available (it names queues
+    of low concurrency), as they are here, and without it a worker
+    fetches only every ``polling_interval`` (here 1 s; 5 by default), at most 100 jobs
+    per fetch (measured: about 100 jobs/s against 2,700). Chancy writes its workers'
+    job outcomes in batches once a second; a worker's last batch is written when it
+    finds nothing left (``Worker.flush()``) and counted in its time.
 
 ``run_minimal_loop(url, jobs, processes, batch, *, form="bare")``
     A claim/finish loop written directly against the driver, on PostgreSQL
@@ -65,7 +106,13 @@ What is measured, the same way for every system:
   health-check queries), plus a handful of worker start-up / shut-down ones.
   MariaDB and SQLite: the commits the loop issued.
 * After each run the database is checked: every job finished exactly once (a
-  run that did not drain raises ``RuntimeError``).
+  run that did not drain raises ``RuntimeError``). Every job's row (huey: its stored
+  result) must say it finished, and the no-op bodies the workers ran must add up to
+  the job count, so that none ran twice; where the peer's table also counts a job's
+  claims (django-tasks' ``worker_ids``, DBOS's ``recovery_attempts``, Chancy's
+  ``attempts``), each must have been claimed once.
+* The peers whose set-up needs a process of its own (Django's settings and DBOS are
+  set once per process) set up in a child process; set-up is never timed.
 
 ``python bench/peers.py --jobs 10000 --processes 1 2 --repeat 3`` prints the
 medians of all configurations it can run; see ``--help``.

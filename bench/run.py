@@ -12,8 +12,13 @@ the machine is shared and noisy: compare the ratios, not the absolute numbers.
   checked) at default durability. Worker processes start and connect before the clock
   starts, and readyq's workers call ``Worker.prepare()`` then (see
   ``bench/peer_worker.py``); each worker is done when it first finds nothing left to
-  claim. Peers: PGQueuer and Procrastinate when
-  installed (``pip install readyq[bench]``), and two claim/finish loops per database
+  claim. Peers, when installed (``pip install readyq[bench]``): PGQueuer and
+  Procrastinate on PostgreSQL; the queues a user would pick on each database, at the
+  fastest setting each one's documentation offers (see ``bench/peers.py`` for which and
+  why): huey (``SqliteHuey``) on SQLite, django-tasks with its database backend
+  (``db_worker``) on SQLite, PostgreSQL and MariaDB, DBOS queues on SQLite and
+  PostgreSQL, Chancy on PostgreSQL; each peer's run is checked from its own tables
+  (every job finished once, none lost or run twice). Also two claim/finish loops per database
   written straight against the driver, claiming 100 jobs per transaction: the correct
   loop (leases with a token and an expiry, each payload decoded, each job's result
   written with its own UPDATE fenced by its token, in one transaction) and the bare
