@@ -22,8 +22,10 @@ an end of file:
 ``time.monotonic()`` is the system-wide CLOCK_MONOTONIC on Linux, so the
 parent can compare it with its own start time.
 
-KIND is one of ``readyq``, ``pgqueuer``, ``procrastinate``, ``minimal-postgresql``,
-``minimal-mariadb``, ``minimal-sqlite``.
+KIND is one of ``readyq``, ``pgqueuer``, ``procrastinate``, ``huey``, ``django-tasks``,
+``dbos``, ``chancy``, ``minimal-postgresql``, ``minimal-mariadb``, ``minimal-sqlite``;
+or ``django-tasks-setup`` / ``dbos-setup``, which set up a peer's database, enqueue its
+jobs and exit, outside the protocol above.
 """
 
 from __future__ import annotations
@@ -340,6 +342,258 @@ def _minimal_sqlite(cfg: dict) -> None:
     _report(done, cpu, executed - lost, commits)
 
 
+# --------------------------------------------------------------------------------- huey
+
+
+def _huey(cfg: dict) -> None:
+    import threading
+
+    import peer_tasks
+    from huey.consumer import Worker
+
+    huey, _ = peer_tasks.make_huey(cfg["path"])
+    # One huey consumer worker per process, as `huey_consumer -k process -w N` runs N of
+    # them: each process's storage has one SQLite connection behind a lock, so worker
+    # threads of one process would take turns on it. The consumer's own loop body,
+    # Worker.loop(), runs the worker: dequeue one task and execute it. The consumer runs
+    # it forever; here the worker stops once a dequeue finds the queue empty (its own
+    # task, if any, already executed and its result stored: loop() runs one at a time).
+    stop = threading.Event()
+    drained: list[float] = []
+    dequeue = huey.dequeue
+
+    def watched_dequeue():  # type: ignore[no-untyped-def]
+        task = dequeue()
+        if task is None and not drained:
+            drained.append(time.monotonic())
+            stop.set()  # loop() then returns at once instead of sleeping
+        return task
+
+    huey.dequeue = watched_dequeue  # type: ignore[method-assign]
+    # The consumer's defaults: 0.1 s first delay when the queue is empty, backoff 1.15.
+    worker = Worker(huey, stop, default_delay=0.1, max_delay=10.0, backoff=1.15)
+    worker.initialize()
+    huey.storage.conn.execute("SELECT 1")  # connect before the clock starts
+    _wait_for_go()
+    cpu0 = _cpu()
+    while not stop.is_set():
+        worker.loop()
+    done = drained[0]
+    cpu = _cpu() - cpu0
+    huey.storage.close()
+    _report(done, cpu, peer_tasks.EXECUTED, None)
+
+
+# -------------------------------------------------------------------------- django-tasks
+
+
+def _django_setup(cfg: dict) -> None:
+    """Not a timed worker: migrate django_tasks_db's table and enqueue the jobs."""
+    import peer_django
+
+    peer_django.setup(cfg["database"])
+    from django.core.management import call_command
+    from django.db import transaction
+
+    call_command("migrate", "django_tasks_database", verbosity=0)
+    import peer_django_task
+
+    # The backend's own enqueue, one job at a time; one transaction, as setting up
+    # is not measured.
+    for start in range(0, cfg["jobs"], 5000):
+        with transaction.atomic():
+            for i in range(start, min(start + 5000, cfg["jobs"])):
+                peer_django_task.bench_noop.enqueue(i)
+
+
+def _django_tasks(cfg: dict) -> None:
+    import peer_django
+
+    peer_django.setup(cfg["database"])
+    import peer_django_task  # noqa: F401 - db_worker imports it by path; cached now
+    import peer_tasks
+    from django.core.management import call_command
+    from django.db import connection
+
+    connection.ensure_connection()
+    _wait_for_go()
+    cpu0 = _cpu()
+    # The db_worker command itself: --batch runs until it finds no task ready, then
+    # returns; --no-startup-delay skips the random pause of up to a second that spreads
+    # out workers started together. One task per claim, one worker per process (the
+    # command has no threads).
+    call_command(
+        "db_worker", batch=True, startup_delay=False, worker_id=cfg["worker_id"],
+        queue_name=peer_tasks.QUEUE, verbosity=0, reload=False,
+    )
+    done = time.monotonic()
+    cpu = _cpu() - cpu0
+    connection.close()
+    _report(done, cpu, peer_tasks.EXECUTED, None)
+
+
+# --------------------------------------------------------------------------------- DBOS
+
+
+def _dbos_config(cfg: dict) -> dict:
+    return {
+        "name": "bench",
+        "system_database_url": cfg["url"],
+        # Fixed, so that the workers run the version the jobs were enqueued under.
+        "application_version": "bench",
+        # Each process its own executor, as DBOS needs of the processes it runs on.
+        "executor_id": cfg["executor_id"],
+        "log_level": "WARNING",
+    }
+
+
+def _dbos_setup(cfg: dict) -> None:
+    """Not a timed worker: create the system database, register the queue, enqueue."""
+    import peer_tasks
+    from dbos import DBOS
+
+    DBOS(config=_dbos_config(cfg))  # type: ignore[arg-type]
+    noop = peer_tasks.register_dbos_workflow()
+    DBOS.listen_queues([])  # this process must not run the jobs it enqueues
+    DBOS.launch()
+    try:
+        queue = DBOS.register_queue(
+            peer_tasks.QUEUE, worker_concurrency=cfg["worker_concurrency"],
+            polling_interval_sec=cfg["polling_interval"], on_conflict="always_update",
+        )
+        for i in range(cfg["jobs"]):
+            queue.enqueue(noop, i)
+    finally:
+        DBOS.destroy()
+
+
+def _dbos(cfg: dict) -> None:
+    import threading
+
+    import peer_tasks
+    from dbos import DBOS
+    from dbos._dbos import _get_dbos_instance
+    from dbos._queue import queue_worker_thread
+
+    DBOS(config=_dbos_config(cfg))  # type: ignore[arg-type]
+    peer_tasks.register_dbos_workflow()
+    # Launched before the clock starts, with the benchmark queue's polling thread held
+    # back: DBOS's queue manager would start it at launch and it would begin to dequeue
+    # at once. At GO this process starts that thread itself, with DBOS's own function
+    # for it (queue_worker_thread, what the manager runs for each queue).
+    DBOS.listen_queues([])
+    DBOS.launch()
+    dbos = _get_dbos_instance()
+    queue = DBOS.retrieve_queue(peer_tasks.QUEUE)
+    sys_db = dbos._sys_db
+    # Done when a poll has found nothing left to claim and every workflow this process
+    # claimed has recorded its outcome (DBOS then drops it from its active set).
+    lock = threading.Lock()
+    seen: dict[str, float | None] = {"empty": None, "outcome": 0.0}
+    claim, record = sys_db.start_queued_workflows, sys_db.update_workflow_outcome
+
+    def watched_claim(polled, *args: object, **kwargs: object):  # type: ignore[no-untyped-def]
+        ids, reason = claim(polled, *args, **kwargs)
+        if polled.name != queue.name:  # DBOS's internal queue, polled by its own thread
+            return ids, reason
+        with lock:
+            if ids:
+                seen["empty"] = None
+            elif reason is None and seen["empty"] is None:
+                seen["empty"] = time.monotonic()
+        return ids, reason
+
+    def watched_record(*args: object, **kwargs: object) -> bool:
+        out = record(*args, **kwargs)
+        with lock:
+            seen["outcome"] = time.monotonic()
+        return out
+
+    sys_db.start_queued_workflows = watched_claim  # type: ignore[method-assign]
+    sys_db.update_workflow_outcome = watched_record  # type: ignore[method-assign]
+    stop = threading.Event()
+    poller = threading.Thread(
+        target=queue_worker_thread, args=(stop, dbos, queue), daemon=True
+    )
+    _wait_for_go()
+    cpu0 = _cpu()
+    poller.start()
+    while True:
+        with lock:
+            empty = seen["empty"]
+        if empty is not None and dbos._active_workflows_set.count_for_queue(queue.name) == 0:
+            break
+        time.sleep(0.002)
+    done = max(empty, seen["outcome"] or 0.0)
+    cpu = _cpu() - cpu0
+    stop.set()
+    poller.join(timeout=30)
+    DBOS.destroy()
+    _report(done, cpu, peer_tasks.EXECUTED, None)
+
+
+# ------------------------------------------------------------------------------- Chancy
+
+
+async def _chancy(cfg: dict) -> None:
+    import logging
+
+    import peer_tasks
+    from chancy import Chancy, Queue, Worker
+
+    # Chancy's default logger prints every job it pulls (INFO) on stdout; warnings and
+    # errors only, on stderr, as the other peers run.
+    log = logging.getLogger("chancy")
+    log.setLevel(logging.WARNING)
+    log.addHandler(logging.StreamHandler(sys.stderr))
+    chancy = Chancy(cfg["dsn"], log=log)  # with its default plugins
+    async with chancy:
+        worker = Worker(chancy, worker_id=cfg["worker_id"], register_signal_handlers=False)
+        done_event = asyncio.Event()
+        fetch = worker.fetch_jobs
+
+        async def watched_fetch(queue, conn, *, up_to=1):  # type: ignore[no-untyped-def]
+            jobs = await fetch(queue, conn, up_to=up_to)
+            executor = worker.executors.get(queue.name)
+            # Nothing left to claim and none of its own jobs still running: their
+            # updates are queued, and flushed below.
+            if queue.name == peer_tasks.QUEUE and not jobs and executor is not None \
+                    and len(executor) == 0:
+                done_event.set()
+            return jobs
+
+        worker.fetch_jobs = watched_fetch  # type: ignore[method-assign]
+        await worker.start()
+        # Settled before the clock starts: the queue list read once (start() declares
+        # the "default" queue), so that the worker now waits for a declaration's
+        # notification. One arriving before that wait began would only be seen at the
+        # next periodic check, up to 10 s later.
+        while "default" not in worker:
+            await asyncio.sleep(0.01)
+        await asyncio.sleep(0.1)
+        _wait_for_go()
+        cpu0 = _cpu()
+        if cfg["declare"]:
+            # The queue is declared at GO, by the first worker: every worker picks it up
+            # from the declaration's notification and starts polling it at once. The
+            # jobs were pushed to it, not yet declared, before the clock started.
+            await chancy.declare(Queue(
+                peer_tasks.QUEUE,
+                concurrency=cfg["concurrency"],
+                executor=Chancy.Executor.Async,
+                polling_interval=cfg["polling_interval"],
+                eager_polling=cfg["eager_polling"],
+            ))
+        await done_event.wait()
+        # A worker writes its jobs' outcomes in batches, once a second; the last batch
+        # is written now, as Chancy's flush() does on demand.
+        await worker.flush()
+        done = time.monotonic()
+        cpu = _cpu() - cpu0
+        await worker.stop()
+    _report(done, cpu, peer_tasks.EXECUTED, None)
+
+
 # ------------------------------------------------------------------------------ readyq
 
 
@@ -424,6 +678,11 @@ def _readyq(cfg: dict) -> None:
     _report(done, cpu, executed, commits)
 
 
+# Set-up steps that must run in a process of their own (Django's settings and DBOS are
+# configured once per process): they exit when done.
+SETUPS = {"django-tasks-setup": _django_setup, "dbos-setup": _dbos_setup}
+
+
 def main(argv: list[str]) -> None:
     kind, cfg = argv[1], json.loads(argv[2])
     if kind == "readyq":
@@ -438,6 +697,17 @@ def main(argv: list[str]) -> None:
         _minimal_mariadb(cfg)
     elif kind == "minimal-sqlite":
         _minimal_sqlite(cfg)
+    elif kind == "huey":
+        _huey(cfg)
+    elif kind == "django-tasks":
+        _django_tasks(cfg)
+    elif kind == "dbos":
+        _dbos(cfg)
+    elif kind == "chancy":
+        asyncio.run(_chancy(cfg))
+    elif kind in SETUPS:
+        SETUPS[kind](cfg)
+        return  # not a timed worker: no report, no wait for the parent
     else:
         raise SystemExit(f"unknown worker kind {kind!r}")
     # Stay until the parent has read the machine's CPU counters: a worker that exits

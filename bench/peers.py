@@ -1,6 +1,6 @@
 """Peer job queues on the same databases, for comparison with readyq.
 
-Three adapters, each a plain function returning a :class:`PeerResult`:
+Adapters, each a plain function returning a :class:`PeerResult`:
 
 ``run_pgqueuer(pg_url, jobs, processes, batch_size)``
     PGQueuer (asyncpg driver).  Installs its schema in a fresh database
@@ -14,6 +14,47 @@ Three adapters, each a plain function returning a :class:`PeerResult`:
     schema applied, ``jobs`` no-op tasks deferred in one batch, then
     ``processes`` workers each running ``run_worker_async(concurrency=...,
     wait=False)`` with the other options at their defaults.
+
+``run_huey(jobs, processes)``
+    huey's ``SqliteHuey`` (SQLite, WAL, its defaults): ``processes`` processes, each
+    one huey consumer worker (what ``huey_consumer -k process -w N`` runs N of: a
+    process's worker threads would share its one SQLite connection, behind a lock, so
+    processes are how huey runs more than one job at a time on SQLite). Results stored
+    (``store_none=True``): a huey task that ran leaves no other trace to check.
+
+``run_django_tasks(url, jobs, processes)``
+    django-tasks with its database backend (``django-tasks-db``) on SQLite,
+    PostgreSQL (psycopg) or MariaDB (PyMySQL, standing in for mysqlclient, which needs
+    the client headers to build): its own ``db_worker`` command in each process, with
+    ``--batch`` (exit when no task is ready) and ``--no-startup-delay``; the one
+    setting changed from Django's defaults is ``CONN_MAX_AGE = None``, persistent
+    connections, as Django's documentation advises where connecting costs (db_worker
+    closes connections older than ``CONN_MAX_AGE`` after every task: reconnecting per
+    job otherwise). The worker claims one task per transaction; it has no setting for
+    more.
+
+``run_dbos(url, jobs, processes)``
+    DBOS queues, system database on SQLite or PostgreSQL: ``processes`` DBOS processes
+    (each its own executor id), queue registered with ``worker_concurrency=100`` and
+    ``polling_interval_sec=0.05``. Without a worker concurrency, the first process to
+    poll claims the whole backlog and a second process has nothing to do; with it, each
+    poll claims up to 100 workflows, as readyq's workers and the loops claim 100. The
+    default polling interval of 1 s would cap a process at 100 workflows a second;
+    0.05 s is the interval readyq's workers poll at when idle. Measured here before
+    choosing: worker concurrency 10, 30, 100, 1000 and none, intervals 0.01, 0.05 and
+    1 s; 100 at 0.05 s was as fast as any within the noise on both databases. DBOS
+    itself calls its SQLite system database one for development and testing.
+
+``run_chancy(pg_url, jobs, processes)``
+    Chancy (PostgreSQL, psycopg), its default plugins: ``processes`` workers, the queue
+    on Chancy's ``AsyncExecutor`` (the no-op is a coroutine) at its default
+    concurrency of 100 per worker, with ``eager_polling=True``: Chancy's documentation
+    offers it where jobs are expected to be continuously available (it names queues
+    of low concurrency), as they are here, and without it a worker
+    fetches only every ``polling_interval`` (here 1 s; 5 by default), at most 100 jobs
+    per fetch (measured: about 100 jobs/s against 2,700). Chancy writes its workers'
+    job outcomes in batches once a second; a worker's last batch is written when it
+    finds nothing left (``Worker.flush()``) and counted in its time.
 
 ``run_minimal_loop(url, jobs, processes, batch, *, form="bare")``
     A claim/finish loop written directly against the driver, on PostgreSQL
@@ -65,7 +106,13 @@ What is measured, the same way for every system:
   health-check queries), plus a handful of worker start-up / shut-down ones.
   MariaDB and SQLite: the commits the loop issued.
 * After each run the database is checked: every job finished exactly once (a
-  run that did not drain raises ``RuntimeError``).
+  run that did not drain raises ``RuntimeError``). Every job's row (huey: its stored
+  result) must say it finished, and the no-op bodies the workers ran must add up to
+  the job count, so that none ran twice; where the peer's table also counts a job's
+  claims (django-tasks' ``worker_ids``, DBOS's ``recovery_attempts``, Chancy's
+  ``attempts``), each must have been claimed once.
+* The peers whose set-up needs a process of its own (Django's settings and DBOS are
+  set once per process) set up in a child process; set-up is never timed.
 
 ``python bench/peers.py --jobs 10000 --processes 1 2 --repeat 3`` prints the
 medians of all configurations it can run; see ``--help``.
@@ -458,6 +505,278 @@ def run_procrastinate(
             ).fetchall()
         )
     _check(system, "succeeded jobs", rows.get("succeeded", 0), jobs)
+    _check(system, "no-op executions", run.executed, jobs)
+    return _result(system, "PostgreSQL", processes, jobs, run, commits)
+
+
+# ------------------------------------------------------------------ peers set up in a child
+
+
+def _setup_child(kind: str, cfg: dict, timeout: float) -> None:
+    """Run a set-up step of ``peer_worker.py`` in a process of its own (Django's settings
+    and DBOS are configured once per process); raise with its stderr if it fails."""
+    out = subprocess.run(
+        [sys.executable, str(WORKER), kind, json.dumps(cfg)],
+        stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=timeout,
+    )
+    if out.returncode != 0:
+        raise RuntimeError(f"{kind} failed (exit {out.returncode}): {out.stderr[-2000:]}")
+
+
+def _scheme(url: str) -> str:
+    return urlsplit(url).scheme.split("+", 1)[0]
+
+
+def _database_name(url: str) -> str:
+    """``PostgreSQL``, ``MariaDB`` or ``SQLite``, from a URL's scheme."""
+    scheme = _scheme(url)
+    if scheme in ("postgresql", "postgres"):
+        return "PostgreSQL"
+    if scheme in ("mysql", "mariadb"):
+        return "MariaDB"
+    if scheme == "sqlite":
+        return "SQLite"
+    raise ValueError(f"unsupported URL scheme in {url!r}")
+
+
+def _fresh_mariadb_database(url: str, name: str) -> dict:
+    """Drop and create database ``name`` on the server of ``url``; return pymysql's
+    connect arguments for it."""
+    import pymysql
+
+    args = _mysql_connect_args(url)
+    conn = pymysql.connect(**args, autocommit=True)
+    try:
+        cur = conn.cursor()
+        cur.execute(f"DROP DATABASE IF EXISTS `{name}`")
+        cur.execute(f"CREATE DATABASE `{name}`")
+    finally:
+        conn.close()
+    return {**args, "database": name}
+
+
+def _query(where: str | dict, sql: str) -> list[tuple]:
+    """The rows of ``sql``, read from a SQLite file (a path), a PostgreSQL database (a
+    libpq URL) or a MariaDB database (pymysql's connect arguments)."""
+    if isinstance(where, dict):
+        import pymysql
+
+        conn = pymysql.connect(**where)
+        try:
+            cur = conn.cursor()
+            cur.execute(sql)
+            return [tuple(r) for r in cur.fetchall()]
+        finally:
+            conn.close()
+    if where.startswith("postgresql://"):
+        import psycopg
+
+        with psycopg.connect(where) as conn:
+            return [tuple(r) for r in conn.execute(sql).fetchall()]
+    import sqlite3
+
+    conn = sqlite3.connect(where)
+    try:
+        return [tuple(r) for r in conn.execute(sql).fetchall()]
+    finally:
+        conn.close()
+
+
+def _sqlite_file(name: str) -> tuple[Path, tempfile.TemporaryDirectory]:
+    tmp = tempfile.TemporaryDirectory(prefix=f"{name}_")
+    return Path(tmp.name) / f"{name}.db", tmp
+
+
+def _pg_run(
+    url: str, db_name: str, kind: str, cfgs: list[dict], jobs: int
+) -> tuple[_Run, int]:
+    """Run the workers on PostgreSQL database ``db_name``, counting its commits."""
+    stats = _PgCommits(url, db_name)
+    try:
+        stats.wait_no_backends()
+        before = 0
+
+        def start_hook() -> None:
+            nonlocal before
+            before = stats.read()
+
+        run = _run_workers(kind, cfgs, _timeout(jobs), start_hook)
+        stats.wait_no_backends()
+        return run, stats.read() - before
+    finally:
+        stats.close()
+
+
+# ------------------------------------------------------------------------------- huey
+
+
+def run_huey(jobs: int, processes: int) -> PeerResult:
+    """huey's ``SqliteHuey`` (SQLite only): ``processes`` worker processes, each one huey
+    consumer worker (see ``bench/peer_worker.py``), results stored (``store_none``)."""
+    import peer_tasks
+
+    system = "huey (SqliteHuey)"
+    path, tmp = _sqlite_file("bench_huey")
+    try:
+        # Enqueued through huey's own API; with fsync off for this one connection only,
+        # as setting up is not measured (the workers run at SQLite's default).
+        huey, noop = peer_tasks.make_huey(str(path), fsync=False)
+        ids = {noop(i).id for i in range(jobs)}
+        huey.storage.close()
+        cfgs = [{"path": str(path)} for _ in range(processes)]
+        run = _run_workers("huey", cfgs, _timeout(jobs))
+        left = _query(str(path), "SELECT count(*) FROM task")[0][0]
+        results = {k for (k,) in _query(str(path), "SELECT key FROM kv WHERE queue = 'bench'")}
+        scheduled = _query(str(path), "SELECT count(*) FROM schedule")[0][0]
+    finally:
+        tmp.cleanup()
+    _check(system, "tasks left in the queue", left, 0)
+    _check(system, "tasks scheduled for later (retries)", scheduled, 0)
+    _check(system, "enqueued tasks without a stored result", len(ids - results), 0)
+    _check(system, "stored results", len(results), jobs)
+    _check(system, "no-op executions", run.executed, jobs)
+    return _result(system, "SQLite", processes, jobs, run, None)
+
+
+# ------------------------------------------------------------------------ django-tasks
+
+DJANGO_TABLE = "django_tasks_database_dbtaskresult"  # the app label is django_tasks_database
+
+
+def run_django_tasks(
+    url: str, jobs: int, processes: int, *, db_name: str = "bench_django"
+) -> PeerResult:
+    """django-tasks with its database backend (``django-tasks-db``): ``processes``
+    ``db_worker --batch`` workers, on SQLite, PostgreSQL or MariaDB."""
+    import peer_django
+
+    system = "django-tasks (db_worker)"
+    database = _database_name(url)
+    tmp = None
+    if database == "SQLite":
+        path, tmp = _sqlite_file(db_name)
+        settings, where = peer_django.database_settings("sqlite", str(path)), str(path)
+    elif database == "PostgreSQL":
+        where = _fresh_pg_database(url, db_name)
+        settings = peer_django.database_settings("postgresql", where)
+    else:
+        where = _fresh_mariadb_database(url, db_name)
+        server = _mysql_connect_args(url)
+        settings = peer_django.database_settings(
+            "mariadb", f"mysql://{server['user']}@{server['host']}:{server['port']}/{db_name}"
+        )
+        settings["PASSWORD"] = server["password"]
+    try:
+        _setup_child("django-tasks-setup", {"database": settings, "jobs": jobs},
+                     _timeout(jobs))
+        cfgs = [{"database": settings, "worker_id": f"w{i}-{os.getpid()}"}
+                for i in range(processes)]
+        if database == "PostgreSQL":
+            run, commits = _pg_run(url, db_name, "django-tasks", cfgs, jobs)
+        else:
+            run, commits = _run_workers("django-tasks", cfgs, _timeout(jobs)), None
+        states = dict(_query(
+            where, f"SELECT status, count(*) FROM {DJANGO_TABLE} GROUP BY status"))
+        claims = [json.loads(w) if isinstance(w, str) else w
+                  for (w,) in _query(where, f"SELECT worker_ids FROM {DJANGO_TABLE}")]
+    finally:
+        if tmp is not None:
+            tmp.cleanup()
+    succeeded = states.get("SUCCESSFUL", 0)
+    _check(system, "successful tasks", succeeded, jobs)
+    _check(system, "tasks in any other state", sum(states.values()) - succeeded, 0)
+    # Each claim appends the worker's id to the task's row: one entry, one run.
+    _check(system, "tasks claimed other than once", sum(1 for w in claims if len(w) != 1), 0)
+    _check(system, "no-op executions", run.executed, jobs)
+    return _result(system, database, processes, jobs, run, commits)
+
+
+# ------------------------------------------------------------------------------- DBOS
+
+# DBOS's queue settings for the benchmark (see run_dbos).
+DBOS_POLLING_INTERVAL = 0.05
+DBOS_WORKER_CONCURRENCY = 100
+
+
+def run_dbos(
+    url: str, jobs: int, processes: int, *, db_name: str = "bench_dbos",
+    worker_concurrency: int | None = DBOS_WORKER_CONCURRENCY,
+    polling_interval: float = DBOS_POLLING_INTERVAL,
+) -> PeerResult:
+    """DBOS queues (SQLite or PostgreSQL system database): ``processes`` DBOS processes,
+    each polling the queue every ``polling_interval`` seconds and running up to
+    ``worker_concurrency`` of its workflows at once."""
+    system = f"DBOS (worker concurrency {worker_concurrency})"
+    database = _database_name(url)
+    tmp = None
+    if database == "SQLite":
+        path, tmp = _sqlite_file(db_name)
+        dbos_url, where, table = f"sqlite:///{path}", str(path), "workflow_status"
+    elif database == "PostgreSQL":
+        where = _fresh_pg_database(url, db_name)
+        dbos_url, table = where.replace("postgresql://", "postgresql+psycopg://", 1), \
+            "dbos.workflow_status"
+    else:
+        raise ValueError("DBOS runs on SQLite and PostgreSQL only")
+    try:
+        base = {"url": dbos_url, "worker_concurrency": worker_concurrency,
+                "polling_interval": polling_interval}
+        _setup_child("dbos-setup", {**base, "jobs": jobs, "executor_id": "setup"},
+                     _timeout(jobs) * 2)
+        cfgs = [{**base, "executor_id": f"w{i}-{os.getpid()}"} for i in range(processes)]
+        if database == "PostgreSQL":
+            run, commits = _pg_run(url, db_name, "dbos", cfgs, jobs)
+        else:
+            run, commits = _run_workers("dbos", cfgs, _timeout(jobs)), None
+        rows = _query(where, f"SELECT status, recovery_attempts, count(*) FROM {table}"
+                             " WHERE queue_name = 'bench' GROUP BY status, recovery_attempts")
+    finally:
+        if tmp is not None:
+            tmp.cleanup()
+    by = {(status, attempts): n for status, attempts, n in rows}
+    # The claim counts each dispatch of a workflow in its recovery_attempts.
+    _check(system, "workflows succeeded after one dispatch", by.get(("SUCCESS", 1), 0), jobs)
+    _check(system, "workflows in any other state or dispatched again",
+           sum(by.values()) - by.get(("SUCCESS", 1), 0), 0)
+    _check(system, "no-op executions", run.executed, jobs)
+    return _result(system, database, processes, jobs, run, commits)
+
+
+# ----------------------------------------------------------------------------- Chancy
+
+# Chancy's queue settings for the benchmark (see run_chancy).
+CHANCY_CONCURRENCY = 100
+CHANCY_POLLING_INTERVAL = 1
+
+
+def run_chancy(
+    pg_url: str, jobs: int, processes: int, *, db_name: str = "bench_chancy",
+    concurrency: int = CHANCY_CONCURRENCY, eager_polling: bool = True,
+    polling_interval: int = CHANCY_POLLING_INTERVAL,
+) -> PeerResult:
+    """Chancy (PostgreSQL): ``processes`` workers, the queue on Chancy's AsyncExecutor with
+    ``concurrency`` jobs in flight per worker."""
+    from chancy import Chancy, Job
+
+    system = f"Chancy (concurrency {concurrency})"
+    url = _fresh_pg_database(pg_url, db_name)
+
+    async def setup() -> None:
+        async with Chancy(url) as chancy:
+            await chancy.migrate()
+            job = Job(func="peer_tasks.chancy_noop", queue="bench")
+            async for _ in chancy.push_many([job.with_kwargs(i=i) for i in range(jobs)]):
+                pass
+
+    asyncio.run(setup())
+    cfgs = [{"dsn": url, "worker_id": f"w{i}-{os.getpid()}", "declare": i == 0,
+             "concurrency": concurrency, "eager_polling": eager_polling,
+             "polling_interval": polling_interval} for i in range(processes)]
+    run, commits = _pg_run(pg_url, db_name, "chancy", cfgs, jobs)
+    rows = _query(url, "SELECT state, attempts, count(*) FROM chancy_jobs GROUP BY state, attempts")
+    by = {(state, attempts): n for state, attempts, n in rows}
+    _check(system, "jobs succeeded at the first attempt", by.get(("succeeded", 1), 0), jobs)
+    _check(system, "jobs in any other state", sum(by.values()) - by.get(("succeeded", 1), 0), 0)
     _check(system, "no-op executions", run.executed, jobs)
     return _result(system, "PostgreSQL", processes, jobs, run, commits)
 

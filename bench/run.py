@@ -12,8 +12,13 @@ the machine is shared and noisy: compare the ratios, not the absolute numbers.
   checked) at default durability. Worker processes start and connect before the clock
   starts, and readyq's workers call ``Worker.prepare()`` then (see
   ``bench/peer_worker.py``); each worker is done when it first finds nothing left to
-  claim. Peers: PGQueuer and Procrastinate when
-  installed (``pip install readyq[bench]``), and two claim/finish loops per database
+  claim. Peers, when installed (``pip install readyq[bench]``): PGQueuer and
+  Procrastinate on PostgreSQL; the queues a user would pick on each database, at the
+  fastest setting each one's documentation offers (see ``bench/peers.py`` for which and
+  why): huey (``SqliteHuey``) on SQLite, django-tasks with its database backend
+  (``db_worker``) on SQLite, PostgreSQL and MariaDB, DBOS queues on SQLite and
+  PostgreSQL, Chancy on PostgreSQL; each peer's run is checked from its own tables
+  (every job finished once, none lost or run twice). Also two claim/finish loops per database
   written straight against the driver, claiming 100 jobs per transaction: the correct
   loop (leases with a token and an expiry, each payload decoded, each job's result
   written with its own UPDATE fenced by its token, in one transaction) and the bare
@@ -536,6 +541,9 @@ def main(argv: list[str] | None = None) -> int:
     # round by round, as the noise between rounds can be as large as a ratio's distance
     # from 1.
     rounds: dict[tuple[str, str, int], list[float]] = {}
+    # Peers that could not run, or failed the checks of their run (a job lost, run twice
+    # or left unfinished), with the reason.
+    failed: dict[str, str] = {}
 
     def log(msg: str) -> None:
         print(msg, file=sys.stderr, flush=True)
@@ -573,6 +581,20 @@ def main(argv: list[str] | None = None) -> int:
                         "postgresql", args.pg_url, args.jobs, p, LARGE_BATCH, prepared=False)),
                     ("proc", lambda p=p: from_peer(peers.run_procrastinate(pg, 2000, p, 10))),
                 ]
+                # The queues a user would pick on each database, at the settings given in
+                # bench/peers.py, with the same jobs as readyq.
+                for kind, url in dbs:
+                    peer_url = loop_url(kind, url)
+                    if kind == "sqlite":
+                        configs.append(("huey sqlite", lambda p=p: from_peer(
+                            peers.run_huey(args.jobs, p))))
+                    configs.append((f"django-tasks {kind}", lambda u=peer_url, p=p: from_peer(
+                        peers.run_django_tasks(u, args.jobs, p))))
+                    if kind != "mariadb":
+                        configs.append((f"dbos {kind}", lambda u=peer_url, p=p: from_peer(
+                            peers.run_dbos(u, args.jobs, p))))
+                configs.append(("chancy postgresql", lambda p=p: from_peer(
+                    peers.run_chancy(pg, args.jobs, p))))
             runs: dict[str, list[Row]] = {label: [] for label, _ in configs}
             skipped: set[str] = set()
             for _ in range(args.repeat):
@@ -582,10 +604,12 @@ def main(argv: list[str] | None = None) -> int:
                     try:
                         runs[label].append(fn())
                     except Exception as exc:  # a peer not installed or failing
-                        if label.startswith("readyq") or " loop " in label:
+                        # readyq's own runs (the chains too) and the loops must run.
+                        if label.startswith(("readyq", "chains")) or " loop " in label:
                             raise
                         log(f"  {label}: skipped ({exc.__class__.__name__}: {exc})")
                         skipped.add(label)
+                        failed[f"{label}, {p} proc"] = f"{exc.__class__.__name__}: {exc}"
                         continue
                     log(f"  {label} {p} proc: {runs[label][-1].jobs_per_s:,.0f} jobs/s")
             for label, _ in configs:
@@ -641,6 +665,11 @@ def main(argv: list[str] | None = None) -> int:
                 elif not r.system.startswith("readyq"):
                     print(f"  readyq / {r.system} ({r.database}, {p} proc): "
                           f"{ours.jobs_per_s / r.jobs_per_s:.2f}x{by_round(ours, r)}")
+
+    if failed:
+        print("\npeers left out of the table (not installed, or a run that failed its checks):")
+        for label, why in failed.items():
+            print(f"  {label}: {why[:300]}")
 
     checked = [r for r in rows if r.peak is not None]
     if checked:

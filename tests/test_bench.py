@@ -1,7 +1,9 @@
 """The benchmark still runs on each database: the reference loops drain their jobs exactly
-once, and readyq's run passes the benchmark's own checks (every job done once, the peak
-in flight within the cap, the groups' shares, the dependency order). A few hundred jobs
-each; no speed is asserted (``python bench/run.py`` measures it)."""
+once, readyq's run passes the benchmark's own checks (every job done once, the peak
+in flight within the cap, the groups' shares, the dependency order), and so does each
+peer's run on each database it supports (every job finished once, read from the peer's
+own tables). A few hundred jobs each; no speed is asserted (``python bench/run.py``
+measures it). The peers come with the ``bench`` extra; without it their tests skip."""
 
 from __future__ import annotations
 
@@ -141,3 +143,78 @@ def test_the_sqlite_replay_refuses_an_unknown_layout(capsys: pytest.CaptureFixtu
     with pytest.raises(SystemExit):
         sqlite_replay.main(["--layouts", "current,sideways"])
     assert "unknown layout(s): sideways" in capsys.readouterr().err
+
+
+def need(module: str, note: str = "") -> None:
+    """Skip unless ``module`` imports: the peers are not among the test dependencies."""
+    if peers._have(module) is not None:
+        pytest.skip(f"{module} is not installed: it comes with the bench extra "
+                    f"(pip install -e '.[bench]'){note}")
+
+
+def peer_url(kind: str, url: str) -> str:
+    """The URL the peers' adapters take for a server of ``kind`` (SQLite: a file of their
+    own, in the test's temporary directory)."""
+    if kind == "sqlite":
+        return "sqlite://"
+    return peers._pg_url(url) if kind == "postgresql" else url
+
+
+def assert_peer_row(result: peers.PeerResult, database: str) -> None:
+    assert result.jobs == JOBS
+    assert result.processes == 2
+    assert result.database == database
+    assert result.jobs_per_s > 0
+    assert result.cpu_us_per_job > 0
+
+
+def test_huey_passes_the_benchmarks_checks(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    need("huey")
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    # Two consumer workers on one SQLite file: raises unless every task has its result
+    # stored, none is left queued or scheduled, and the no-op ran once per task.
+    result = peers.run_huey(JOBS, 2)
+    assert result.system == "huey (SqliteHuey)"
+    assert_peer_row(result, "SQLite")
+
+
+def test_django_tasks_passes_the_benchmarks_checks(server: tuple[str, str, str]) -> None:
+    need("django_tasks_db")
+    kind, url, name = server
+    # Two db_worker processes: raises unless every task's row is SUCCESSFUL, each was
+    # claimed by one worker only, and the no-op ran once per task.
+    result = peers.run_django_tasks(peer_url(kind, url), JOBS, 2, db_name=name)
+    assert result.system == "django-tasks (db_worker)"
+    assert_peer_row(result, {"sqlite": "SQLite", "postgresql": "PostgreSQL",
+                             "mariadb": "MariaDB"}[kind])
+    assert (result.commits_per_job is not None) == (kind == "postgresql")
+
+
+@pytest.mark.parametrize("db", ["sqlite", "postgresql"], indirect=True)
+def test_dbos_passes_the_benchmarks_checks(server: tuple[str, str, str]) -> None:
+    need("dbos")
+    kind, url, name = server
+    # Two DBOS processes: raises unless every workflow succeeded after exactly one
+    # dispatch (DBOS counts them in recovery_attempts) and the no-op ran once per job.
+    result = peers.run_dbos(peer_url(kind, url), JOBS, 2, db_name=name)
+    assert result.system == f"DBOS (worker concurrency {peers.DBOS_WORKER_CONCURRENCY})"
+    assert_peer_row(result, {"sqlite": "SQLite", "postgresql": "PostgreSQL"}[kind])
+
+
+def test_dbos_refuses_mariadb() -> None:
+    with pytest.raises(ValueError, match="SQLite and PostgreSQL only"):
+        peers.run_dbos("mysql+pymysql://root@127.0.0.1:3306/test", 10, 1)
+
+
+@pytest.mark.parametrize("db", ["postgresql"], indirect=True)
+def test_chancy_passes_the_benchmarks_checks(server: tuple[str, str, str]) -> None:
+    need("chancy", "; Chancy needs Python 3.11 or later")
+    _, url, name = server
+    # Two workers, the queue declared at the start: raises unless every job succeeded
+    # at its first attempt and the no-op ran once per job.
+    result = peers.run_chancy(peers._pg_url(url), JOBS, 2, db_name=name)
+    assert result.system == f"Chancy (concurrency {peers.CHANCY_CONCURRENCY})"
+    assert_peer_row(result, "PostgreSQL")
+    assert result.commits_per_job is not None and result.commits_per_job > 0
