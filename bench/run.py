@@ -527,7 +527,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--pg-url", default=DEFAULT_PG)
     ap.add_argument("--mariadb-url", default=DEFAULT_MARIADB)
     ap.add_argument("--skip", nargs="*", default=[],
-                    help="parts to skip: peers throughput deep scan enqueue memory")
+                    help="parts to skip: peers throughput deep scan enqueue isolation "
+                    "memory")
+    ap.add_argument("--redis-url", default="redis://127.0.0.1:6379/0",
+                    help="the Redis of RQ's isolated-jobs row")
     args = ap.parse_args(argv)
     if args.quick:
         args.jobs, args.repeat = 5_000, 1
@@ -753,6 +756,26 @@ def main(argv: list[str] | None = None) -> int:
                       f"full {full[op] * 1000:6.2f} ms   ratio {full[op] / empty[op]:.2f}   "
                       f"other type {mixed[op] * 1000:6.2f} ms   ratio "
                       f"{mixed[op] / empty[op]:.2f}")
+    if "isolation" not in args.skip:
+        import isolation
+
+        jobs = 500 if args.quick else 2000
+        print(f"\nisolated jobs: {jobs:,} no-op jobs, 1 worker process with a pool of 2 "
+              "children (readyq, isolation=\"process\", SQLite), its thread rate in the "
+              "same run, and RQ's forking worker on Redis (see bench/isolation.py)")
+        iso = isolation.run_readyq(f"sqlite:///{tempfile.mkdtemp()}/iso.db", jobs, "process")
+        thr = isolation.run_readyq(f"sqlite:///{tempfile.mkdtemp()}/iso.db", jobs, "thread")
+        print(f"  readyq isolated {iso:9,.0f} jobs/s, in threads {thr:9,.0f} jobs/s: "
+              f"{1e6 / iso - 1e6 / thr:,.0f} us per job for isolation")
+        try:
+            rq_rate = isolation.run_rq(args.redis_url, jobs, 0)
+        except ImportError:
+            print("  RQ: not installed (pip install -e '.[bench]')")
+        except Exception as exc:  # Redis down: say so, the rest of the run stands
+            print(f"  RQ: not measured ({exc.__class__.__name__}: {exc})")
+        else:
+            print(f"  RQ forking worker {rq_rate:9,.0f} jobs/s: readyq isolated "
+                  f"{iso / rq_rate:.1f}x")
     if "memory" not in args.skip:
         first, peak = memory_growth(args.memory_jobs)
         print(f"\nmemory: worker RSS over {args.memory_jobs:,} jobs (SQLite): "
