@@ -297,6 +297,35 @@ def _parser() -> argparse.ArgumentParser:
         "(by default they are frozen out of them, which shortens the pauses of a long-lived "
         "worker)",
     )
+    p.add_argument(
+        "--isolation",
+        choices=("thread", "process"),
+        default="thread",
+        help="where handlers that do not choose run: in threads, or in child processes "
+        "killed at their timeout (default thread)",
+    )
+    p.add_argument(
+        "--kill-grace",
+        type=float,
+        default=5.0,
+        metavar="SECONDS",
+        help="seconds between SIGTERM and SIGKILL of a child at its timeout (default 5)",
+    )
+    p.add_argument(
+        "--max-jobs-per-child",
+        type=int,
+        default=None,
+        metavar="N",
+        help="replace a child process after N jobs (default: never)",
+    )
+    p.add_argument(
+        "--max-memory-per-child",
+        type=int,
+        default=None,
+        metavar="MIB",
+        help="kill a child process whose resident memory passes MIB mebibytes, failing "
+        "its attempt (default: no limit)",
+    )
     p.add_argument("--worker-id", default=None, help="worker id (default host:pid:random)")
     p.add_argument("--json", action="store_true", help="print the final stats as JSON")
     p.add_argument("--db", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
@@ -764,6 +793,11 @@ def cmd_worker(args: argparse.Namespace) -> int:
         max_running=args.max_running,
         shutdown_grace=args.shutdown_grace,
         freeze_gc=args.freeze_gc,
+        isolation=args.isolation,
+        kill_grace=args.kill_grace,
+        max_jobs_per_child=args.max_jobs_per_child,
+        max_memory_per_child=None if args.max_memory_per_child is None
+        else args.max_memory_per_child * 2**20,
     )
     from readyq.transient import describe, is_transient
 

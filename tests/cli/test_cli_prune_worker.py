@@ -98,6 +98,12 @@ def app_module(db: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iter
         def square(job):
             return job.args["n"] ** 2
 
+        import os
+
+        @queue.handler("whose")
+        def whose(job):
+            return os.getpid()
+
         import gc, threading, time
         _lock = threading.Lock()
         _running = [0]
@@ -181,6 +187,22 @@ def test_worker_options_reach_the_worker(migrated: Run, mq: readyq.Queue, app_mo
     assert max(r["at_once"] for r in free) > 1 and all(r["frozen"] for r in free)
     bounded = results("--max-running", "1", "--shutdown-grace", "5", "--no-freeze-gc")
     assert all(r["at_once"] == 1 and not r["frozen"] for r in bounded)
+
+
+def test_worker_isolation_options_run_handlers_in_child_processes(
+    migrated: Run, mq: readyq.Queue, app_module: str
+) -> None:
+    cli = migrated
+    ids = [int(cli("enqueue", "whose").out) for _ in range(3)]
+    result = cli("worker", "--app", f"{app_module}:queue", "--until-idle", "--type", "whose",
+                 "--poll-interval", "0.02", "--isolation", "process", "--kill-grace", "1",
+                 "--max-jobs-per-child", "1", "--max-memory-per-child", "2048", "--json")
+    assert result.code == 0, result.err
+    pids = {mq.get(i).result for i in ids}
+    assert len(pids) == 3  # a child per job (max 1 job each), none the worker itself
+    bad = cli("worker", "--app", f"{app_module}:queue", "--isolation", "process",
+              "--kill-grace", "0")
+    assert bad.code == 2 and "kill_grace must be" in bad.err
 
 
 def test_worker_prepares_before_its_first_claim(
