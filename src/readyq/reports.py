@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
 
-from readyq.model import IN_FLIGHT_STATES, JobState
+from readyq.model import IN_FLIGHT_STATES, JobInfo, JobState
 
 STATE_ORDER = tuple(s.value for s in JobState)
 
@@ -276,12 +276,15 @@ class CancelResult:
 @dataclass(frozen=True)
 class PruneResult:
     """``deleted`` jobs (and ``edges`` job_deps rows); ``kept``: finished jobs older than
-    the cutoff that stay because a job that stays depends on them or is inside them."""
+    the cutoff that stay because a job that stays depends on them or is inside them.
+    With ``dry_run``, nothing was deleted: ``deleted`` and ``edges`` are what a prune
+    would delete now."""
 
     cutoff: float
     candidates: int
     deleted: int
     edges: int
+    dry_run: bool = False
 
     @property
     def kept(self) -> int:
@@ -294,4 +297,103 @@ class PruneResult:
             "deleted": self.deleted,
             "edges_deleted": self.edges,
             "kept": self.kept,
+            "dry_run": self.dry_run,
+        }
+
+
+def job_info_json(info: JobInfo) -> dict[str, Any]:
+    """A :class:`readyq.JobInfo` as JSON (instants ISO 8601 UTC)."""
+
+    def when(value: datetime | None) -> str | None:
+        return None if value is None else iso(value.timestamp())
+
+    return {
+        "id": info.id,
+        "type": info.type,
+        "state": info.state.value,
+        "group": info.group,
+        "weight": info.weight,
+        "priority": info.priority,
+        "attempts": info.attempts,
+        "max_attempts": info.max_attempts,
+        "parent_id": info.parent_id,
+        "is_container": info.is_container,
+        "depends_on": list(info.depends_on),
+        "unique_key": info.unique_key,
+        "lease_owner": info.lease_owner,
+        "created_at": when(info.created_at),
+        "run_after": when(info.run_after),
+        "started_at": when(info.started_at),
+        "finished_at": when(info.finished_at),
+        "args": info.args,
+        "result": info.result,
+        "error": info.error,
+    }
+
+
+@dataclass(frozen=True)
+class JobPage:
+    """One page of a job listing (``Queue.jobs``).
+
+    ``jobs`` in the listing's order (newest first by default); ``next_cursor`` continues
+    it, or is None on the last page. ``filter`` is the filter's criteria as JSON.
+    """
+
+    jobs: list[JobInfo]
+    next_cursor: str | None
+    order: str
+    limit: int
+    filter: dict[str, Any]
+
+    def __iter__(self) -> Any:
+        return iter(self.jobs)
+
+    def __len__(self) -> int:
+        return len(self.jobs)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "jobs": [job_info_json(j) for j in self.jobs],
+            "next_cursor": self.next_cursor,
+            "order": self.order,
+            "limit": self.limit,
+            "filter": self.filter,
+        }
+
+
+@dataclass(frozen=True)
+class BulkResult:
+    """What a retry or cancel of every job matching a filter changed (or, in a dry run,
+    would change: nothing is kept then).
+
+    ``matched``: jobs the filter selected in the states the action applies to.
+    ``changed``: jobs whose state the action changed: for a retry every job revived
+    (the matched ones and the dependents revived with them) and every container
+    reopened; for a cancel the matched jobs that ended ``cancelled`` (their dependents'
+    ``upstream_failed`` is not counted). ``requested``: running jobs asked to stop (a
+    cancel). ``skipped``: matched jobs left as they were, with the first reasons in
+    ``reasons`` as (job id, why).
+    """
+
+    action: str
+    dry_run: bool
+    matched: int
+    changed: int
+    requested: int
+    skipped: int
+    changed_ids: list[int]
+    reasons: list[tuple[int, str]]
+    filter: dict[str, Any]
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "action": self.action,
+            "dry_run": self.dry_run,
+            "matched": self.matched,
+            "changed": self.changed,
+            "requested": self.requested,
+            "skipped": self.skipped,
+            "changed_ids": self.changed_ids,
+            "reasons": [{"id": i, "reason": r} for i, r in self.reasons],
+            "filter": self.filter,
         }

@@ -34,9 +34,10 @@ from readyq.dialects import (
     dialect_from_connection,
 )
 from readyq.errors import SchemaNotFound
+from readyq.listing import JobFilter
 from readyq.model import ClaimedJob, GroupStats, JobInfo, job_log_fields
 from readyq.rate_limits import RateLimit
-from readyq.reports import Graph, JobDetail, PruneResult, RetryResult, Status
+from readyq.reports import Graph, JobDetail, JobPage, PruneResult, RetryResult, Status
 from readyq.schema import GATE_ID, Tables, build_tables
 from readyq.store import claim as claim_unit
 from readyq.store import control, enqueue, inspection, outcomes, sweeps
@@ -552,6 +553,12 @@ class Store:
     def job_detail(self, job_id: int) -> JobDetail:
         """Everything about one job: see :func:`readyq.store.inspection.job_detail`."""
         return self.read(lambda conn: inspection.job_detail(self.context, conn, job_id))
+
+    def jobs(self, flt: JobFilter, *, order: str, limit: int, cursor: str | None) -> JobPage:
+        """One page of a job listing: see :func:`readyq.store.inspection.list_jobs`."""
+        return self.read(
+            lambda conn: inspection.list_jobs(self.context, conn, flt, order, limit, cursor)
+        )
 
     def graph(self, job_id: int, *, max_nodes: int) -> Graph:
         """The dependency graph around one job: see :func:`readyq.store.inspection.graph`."""

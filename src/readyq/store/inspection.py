@@ -13,13 +13,15 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
-from readyq.errors import JobNotFound
+from readyq.errors import InvalidFilter, JobNotFound
+from readyq.listing import JobFilter, decode_cursor, encode_cursor
 from readyq.model import IN_FLIGHT_STATES, GroupStats, JobInfo, JobState, from_epoch
 from readyq.payload import decode
 from readyq.reports import (
     INSTANTS,
     Graph,
     JobDetail,
+    JobPage,
     JobRef,
     Node,
     OldestReady,
@@ -27,6 +29,7 @@ from readyq.reports import (
     WorkerSeen,
     ordered_states,
 )
+from readyq.sql.listing import instant, needs_clock, page_query
 from readyq.sql.ready import runnable, state_in
 from readyq.store.context import StoreContext
 
@@ -399,3 +402,74 @@ def info_from_row(row: Any, depends_on: tuple[int, ...]) -> JobInfo:
         lease_owner=row.lease_owner,
         unique_key=row.unique_key,
     )
+
+
+# -- listings -----------------------------------------------------------------------------
+
+
+def clock_for(ctx: StoreContext, conn: Connection, flt: JobFilter) -> float:
+    """The database's clock when ``flt`` has bounds given as durations, else 0 (unread)."""
+    if not needs_clock(flt):
+        return 0.0
+    return float(conn.execute(sa.select(ctx.now)).scalar_one())
+
+
+def check_time_range(flt: JobFilter, now: float) -> None:
+    """Raise InvalidFilter for a time range that ends before it starts once the bounds
+    given as durations are resolved."""
+    for name, after, before in flt.time_bounds():
+        if after is not None and before is not None and instant(after, now) > instant(
+            before, now
+        ):
+            raise InvalidFilter(
+                f"{name.removesuffix('_at')}_after is later than its _before: no job can match"
+            )
+
+
+def list_jobs(
+    ctx: StoreContext,
+    conn: Connection,
+    flt: JobFilter,
+    order: str,
+    limit: int,
+    cursor: str | None,
+) -> JobPage:
+    """One page of the jobs matching ``flt``: see ``Queue.jobs``. A keyset read by id
+    after the cursor's id, ``limit + 1`` rows (the last one only tells whether another
+    page follows), and one read of the page's dependency edges."""
+    t = ctx.tables
+    after_id = None if cursor is None else decode_cursor(cursor, flt, order)
+    now = clock_for(ctx, conn, flt)
+    check_time_range(flt, now)
+    rows = conn.execute(
+        page_query(t, flt, now, order=order, after_id=after_id, limit=limit + 1)
+    ).all()
+    more = len(rows) > limit
+    rows = rows[:limit]
+    deps: dict[int, list[int]] = defaultdict(list)
+    d = t.deps
+    for chunk in chunks(int(r.id) for r in rows):
+        for e in conn.execute(
+            sa.select(d.c.job_id, d.c.depends_on_id)
+            .where(d.c.job_id.in_(chunk))
+            .order_by(d.c.job_id, d.c.depends_on_id)
+        ):
+            deps[int(e.job_id)].append(int(e.depends_on_id))
+    jobs = [info_from_row(r, tuple(deps.get(int(r.id), ()))) for r in rows]
+    next_cursor = encode_cursor(flt, order, jobs[-1].id) if more and jobs else None
+    return JobPage(
+        jobs=jobs, next_cursor=next_cursor, order=order, limit=limit, filter=flt.to_json()
+    )
+
+
+def matching_ids(
+    ctx: StoreContext, conn: Connection, flt: JobFilter, now: float, after_id: int | None,
+    limit: int,
+) -> list[int]:
+    """The ids of up to ``limit`` jobs matching ``flt`` above ``after_id``, oldest first
+    (the bulk actions' walk)."""
+    j = ctx.tables.jobs
+    stmt = page_query(
+        ctx.tables, flt, now, order="oldest", after_id=after_id, limit=limit, columns=(j.c.id,)
+    )
+    return [int(x) for x in conn.execute(stmt).scalars()]
