@@ -336,7 +336,8 @@ class JobPage:
     """One page of a job listing (``Queue.jobs``).
 
     ``jobs`` in the listing's order (newest first by default); ``next_cursor`` continues
-    it, or is None on the last page. ``filter`` is the filter's criteria as JSON.
+    it, or is None on the last page. ``filter`` is the filter's criteria as JSON;
+    ``now`` the database's clock when the page was read.
     """
 
     jobs: list[JobInfo]
@@ -344,6 +345,7 @@ class JobPage:
     order: str
     limit: int
     filter: dict[str, Any]
+    now: float = 0.0
 
     def __iter__(self) -> Any:
         return iter(self.jobs)
@@ -358,6 +360,7 @@ class JobPage:
             "order": self.order,
             "limit": self.limit,
             "filter": self.filter,
+            "now": iso(self.now),
         }
 
 
@@ -369,8 +372,9 @@ class BulkResult:
     ``matched``: jobs the filter selected in the states the action applies to.
     ``changed``: jobs whose state the action changed: for a retry every job revived
     (the matched ones and the dependents revived with them) and every container
-    reopened; for a cancel the matched jobs that ended ``cancelled`` (their dependents'
-    ``upstream_failed`` is not counted). ``requested``: running jobs asked to stop (a
+    reopened; for a cancel the matched jobs that it ended (``cancelled``, or
+    ``upstream_failed`` by the cancel of a matched job they depend on; dependents that
+    did not match are not counted). ``requested``: running jobs asked to stop (a
     cancel). ``skipped``: matched jobs left as they were, with the first reasons in
     ``reasons`` as (job id, why).
     """

@@ -439,7 +439,7 @@ def list_jobs(
     page follows), and one read of the page's dependency edges."""
     t = ctx.tables
     after_id = None if cursor is None else decode_cursor(cursor, flt, order)
-    now = clock_for(ctx, conn, flt)
+    now = float(conn.execute(sa.select(ctx.now)).scalar_one())
     check_time_range(flt, now)
     rows = conn.execute(
         page_query(t, flt, now, order=order, after_id=after_id, limit=limit + 1)
@@ -458,7 +458,8 @@ def list_jobs(
     jobs = [info_from_row(r, tuple(deps.get(int(r.id), ()))) for r in rows]
     next_cursor = encode_cursor(flt, order, jobs[-1].id) if more and jobs else None
     return JobPage(
-        jobs=jobs, next_cursor=next_cursor, order=order, limit=limit, filter=flt.to_json()
+        jobs=jobs, next_cursor=next_cursor, order=order, limit=limit, filter=flt.to_json(),
+        now=now,
     )
 
 
