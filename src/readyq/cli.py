@@ -422,6 +422,35 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--once", action="store_true", help="render one frame and exit")
 
     p = sub.add_parser(
+        "dashboard",
+        parents=[common],
+        help="serve the web dashboard (pip install 'readyq[web]')",
+        description="Serve the dashboard: overview, jobs with filters and actions, each "
+        "job, the dependency graph, workers, and a JSON API under /api/. It listens on "
+        "127.0.0.1 unless --host says otherwise. With READYQ_DASHBOARD_USER and "
+        "READYQ_DASHBOARD_PASSWORD set, every request needs those HTTP basic credentials; "
+        "another --host is refused without them. READYQ_DASHBOARD_SECRET signs the CSRF "
+        "tokens (random per start by default).",
+    )
+    p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
+    p.add_argument("--port", type=int, default=8765, help="port to listen on (default 8765)")
+    p.add_argument(
+        "--read-only", action="store_true", help="refuse every action (retry, cancel) with 403"
+    )
+    p.add_argument(
+        "--base-path",
+        default="",
+        metavar="PATH",
+        help="serve under this path, e.g. /jobs behind a proxy (default: the root)",
+    )
+    p.add_argument(
+        "--cap",
+        type=int,
+        default=None,
+        help="the workers' global cap, shown against the jobs in flight",
+    )
+
+    p = sub.add_parser(
         "completion",
         help="print the shell completion script for bash, zsh or fish",
         description="Print the script that lets the shell complete readyq's commands and "
@@ -1458,6 +1487,68 @@ def cmd_jobs(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_dashboard(args: argparse.Namespace) -> int:
+    import ipaddress
+
+    try:
+        import uvicorn
+
+        from readyq.web import create_app
+        from readyq.web.app import env_credentials
+        from readyq.web.security import BasicAuth
+    except ImportError as exc:
+        raise CLIError(
+            f"the dashboard needs the web extra: pip install 'readyq[web]' ({exc})", code=2
+        ) from None
+    base = args.base_path.rstrip("/")
+    if base and (not base.startswith("/") or any(c in base for c in "?#\\ ")):
+        raise CLIError(f"--base-path must be a path like /jobs, not {args.base_path!r}", code=2)
+    if not 0 < args.port < 65536:
+        raise CLIError("--port must be from 1 to 65535", code=2)
+    if args.cap is not None and args.cap < 1:
+        raise CLIError("--cap must be at least 1", code=2)
+    try:
+        credentials = env_credentials()
+    except ValueError as exc:
+        raise CLIError(str(exc), code=2) from None
+    try:
+        loopback = args.host == "localhost" or ipaddress.ip_address(args.host).is_loopback
+    except ValueError:
+        loopback = False
+    if not loopback and credentials is None:
+        raise CLIError(
+            f"--host {args.host} would serve the dashboard to the network without a password: "
+            "set READYQ_DASHBOARD_USER and READYQ_DASHBOARD_PASSWORD",
+            code=2,
+        )
+    queue = _open(args)
+    try:
+        _ = queue.database  # connects now: a bad URL or server fails here, not per page
+        from starlette.applications import Starlette
+        from starlette.routing import Mount
+
+        app: Any = create_app(
+            queue, read_only=args.read_only, cap=args.cap,
+            secret=os.environ.get("READYQ_DASHBOARD_SECRET"),
+        )
+        if base:
+            app = Starlette(routes=[Mount(base, app=app)])
+        if credentials is not None:
+            app = BasicAuth(app, *credentials)
+        where = f"http://{args.host}:{args.port}{base}/"
+        print(
+            f"readyq dashboard on {queue.database} (prefix {queue.prefix}) at {where}"
+            + (" (read-only)" if args.read_only else "")
+            + ("" if credentials else "; no password: local use only")
+            + "; Ctrl-C to stop",
+            file=sys.stderr,
+        )
+        uvicorn.run(app, host=args.host, port=args.port, log_level="warning")
+    finally:
+        queue.close()
+    return 0
+
+
 def cmd_top(args: argparse.Namespace) -> int:
     import sqlalchemy as sa
     from rich.live import Live
@@ -1509,6 +1600,7 @@ COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "cancel": cmd_cancel,
     "prune": cmd_prune,
     "top": cmd_top,
+    "dashboard": cmd_dashboard,
     "completion": cmd_completion,
 }
 

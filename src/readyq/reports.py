@@ -401,3 +401,110 @@ class BulkResult:
             "reasons": [{"id": i, "reason": r} for i, r in self.reasons],
             "filter": self.filter,
         }
+
+
+@dataclass(frozen=True)
+class RateUse:
+    """A rate limit's starts within its period now, of its capacity."""
+
+    name: str
+    capacity: int
+    period: float
+    used: int
+
+    def to_json(self) -> dict[str, Any]:
+        return {"name": self.name, "capacity": self.capacity, "period_seconds": self.period,
+                "used": self.used}
+
+
+@dataclass(frozen=True)
+class GroupShare:
+    """A group's slots now against its weight: ``share`` is its part of the jobs in
+    flight, ``fair`` its weight's part of the weights of every group with work (ready or
+    in flight)."""
+
+    group: str
+    weight: int
+    in_flight: int
+    ready: int
+    share: float
+    fair: float
+
+    def to_json(self) -> dict[str, Any]:
+        return {"group": self.group, "weight": self.weight, "in_flight": self.in_flight,
+                "ready": self.ready, "share": round(self.share, 4), "fair": round(self.fair, 4)}
+
+
+@dataclass(frozen=True)
+class Overview:
+    """The dashboard's overview: the status, the counts per type, the rate limits' use,
+    the groups' shares, and jobs finished and failed per time bucket.
+
+    ``series`` holds (bucket start, done, failed) over the last ``window`` seconds, read
+    from the newest ``series_rows`` jobs only (a bounded read): on a queue that finishes
+    more jobs than that within the window, its older buckets undercount.
+    """
+
+    status: Status
+    types: dict[str, dict[str, int]]
+    rates: list[RateUse]
+    shares: list[GroupShare]
+    window: float
+    bucket: float
+    series: list[tuple[float, int, int]]
+    series_rows: int
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            **self.status.to_json(),
+            "types": self.types,
+            "rate_limits": [r.to_json() for r in self.rates],
+            "group_shares": [g.to_json() for g in self.shares],
+            "series": {
+                "window_seconds": self.window,
+                "bucket_seconds": self.bucket,
+                "from_newest_jobs": self.series_rows,
+                "buckets": [
+                    {"start": iso(t), "done": d, "failed": f} for t, d, f in self.series
+                ],
+            },
+        }
+
+
+@dataclass(frozen=True)
+class HeldJob:
+    """A job a worker holds now."""
+
+    id: int
+    type: str
+    state: str
+    started_at: float | None
+    heartbeat_at: float | None
+    lease_expires: float | None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"id": self.id, "type": self.type, "state": self.state,
+                "started_at": iso(self.started_at), "heartbeat_at": iso(self.heartbeat_at),
+                "lease_expires": iso(self.lease_expires)}
+
+
+@dataclass(frozen=True)
+class WorkerReport:
+    """A worker as the jobs' rows show it: the leases it holds now and the jobs it
+    finished among the newest. ``id`` is its lease owner (``host:pid:random`` unless the
+    worker was given another id; ``host`` and ``pid`` are then None)."""
+
+    id: str
+    host: str | None
+    pid: int | None
+    held: list[HeldJob]
+    finished_recently: int
+    last_seen: float | None
+    last_seen_age: float | None
+    expired: bool
+
+    def to_json(self) -> dict[str, Any]:
+        return {"id": self.id, "host": self.host, "pid": self.pid,
+                "held": [h.to_json() for h in self.held],
+                "finished_recently": self.finished_recently, "last_seen": iso(self.last_seen),
+                "last_seen_age_seconds": round3(self.last_seen_age), "expired": self.expired}

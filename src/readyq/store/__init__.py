@@ -42,9 +42,11 @@ from readyq.reports import (
     Graph,
     JobDetail,
     JobPage,
+    Overview,
     PruneResult,
     RetryResult,
     Status,
+    WorkerReport,
 )
 from readyq.schema import GATE_ID, Tables, build_tables
 from readyq.store import claim as claim_unit
@@ -640,6 +642,21 @@ class Store:
         """One page of a job listing: see :func:`readyq.store.inspection.list_jobs`."""
         return self.read(
             lambda conn: inspection.list_jobs(self.context, conn, flt, order, limit, cursor)
+        )
+
+    def overview(self, *, window: float, buckets: int) -> Overview:
+        """The dashboard's overview: see :func:`readyq.store.inspection.overview`."""
+        return self.read(
+            lambda conn: inspection.overview(
+                self.context, conn, window, buckets, inspection.RECENT_ROWS
+            )
+        )
+
+    def workers(self) -> list[WorkerReport]:
+        """The workers seen by their leases and latest finishes: see
+        :func:`readyq.store.inspection.worker_reports`."""
+        return self.read(
+            lambda conn: inspection.worker_reports(self.context, conn, inspection.RECENT_ROWS)
         )
 
     def graph(self, job_id: int, *, max_nodes: int) -> Graph:
