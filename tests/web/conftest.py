@@ -9,7 +9,6 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-
 from starlette.testclient import TestClient
 
 import readyq
