@@ -67,7 +67,8 @@ def seed(queue: readyq.Queue, group: str = "tenant-a", chunks: int = 6) -> Pipel
         if fail:
             p.failed.append(job)
     p.report = queue.enqueue("report", {}, group=group, depends_on=[p.box])
-    queue.run_worker(until_idle=True, **WORKER)
+    # Only the pipeline's types: "later" jobs of earlier seeds wait on a deferred gate.
+    queue.run_worker(until_idle=True, types=["fetch", "parse", "transform", "report"], **WORKER)
     p.gate = queue.enqueue("later", {}, group=group, run_after=3600)
     p.waiting = queue.enqueue("later", {"after": "gate"}, group=group, depends_on=[p.gate],
                               unique_key=f"{group}-w")

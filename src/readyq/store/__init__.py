@@ -659,6 +659,10 @@ class Store:
             lambda conn: inspection.worker_reports(self.context, conn, inspection.RECENT_ROWS)
         )
 
+    def graph_size(self, job_id: int, *, limit: int) -> int:
+        """How many jobs the graph around ``job_id`` holds, counted up to ``limit``."""
+        return self.read(lambda conn: inspection.graph_size(self.context, conn, job_id, limit))
+
     def graph(self, job_id: int, *, max_nodes: int) -> Graph:
         """The dependency graph around one job: see :func:`readyq.store.inspection.graph`."""
         return self.read(lambda conn: inspection.graph(self.context, conn, job_id, max_nodes))

@@ -622,3 +622,36 @@ def _owner_parts(owner: str) -> tuple[str | None, int | None]:
     if host and pid.isdigit() and rest:
         return host, int(pid)
     return None, None
+
+
+def graph_size(ctx: StoreContext, conn: Connection, job_id: int, limit: int) -> int:
+    """How many jobs :func:`graph` would show around ``job_id`` without a cap, counted
+    up to ``limit``: the same walks (dependencies and children upstream, dependents and
+    containers downstream), over ids only."""
+    j, d = ctx.tables.jobs, ctx.tables.deps
+
+    def walk(step: list[sa.Select[Any]]) -> set[int]:
+        seen = {job_id}
+        frontier = [job_id]
+        while frontier and len(seen) < limit:
+            found: set[int] = set()
+            for chunk in chunks(frontier):
+                for build in step:
+                    found.update(
+                        int(x) for x in conn.execute(build, {"ids": chunk}).scalars()
+                        if x is not None
+                    )
+            frontier = sorted(found - seen)[: max(0, limit - len(seen))]
+            seen.update(frontier)
+        return seen
+
+    ids = sa.bindparam("ids", expanding=True)
+    up = walk([
+        sa.select(d.c.depends_on_id).where(d.c.job_id.in_(ids)),
+        sa.select(j.c.id).where(j.c.parent_id.in_(ids)),
+    ])
+    down = walk([
+        sa.select(d.c.job_id).where(d.c.depends_on_id.in_(ids)),
+        sa.select(j.c.parent_id).where(j.c.id.in_(ids)),
+    ])
+    return min(limit, len(up | down))

@@ -37,6 +37,7 @@ def create_app(
     cap: int | None = None,
     secret: bytes | str | None = None,
     title: str = "readyq",
+    poll_seconds: float = 5.0,
 ) -> Starlette:
     """The dashboard of ``queue`` (a :class:`readyq.Queue` or :class:`readyq.AsyncQueue`)
     as a Starlette (ASGI) application.
@@ -52,6 +53,8 @@ def create_app(
         secret: the key that signs CSRF tokens (random per process by default: give one
             when several processes serve the dashboard).
         title: shown in the header and the window title.
+        poll_seconds: how often an open page refreshes its live part (on PostgreSQL
+            also at once when a notification says jobs became ready).
 
     Raises ConfigurationError when the ``web`` extra is not installed.
     """
@@ -62,5 +65,6 @@ def create_app(
             f"the dashboard needs the web extra: pip install 'readyq[web]' ({exc})"
         ) from None
     return build(
-        queue, read_only=read_only, authorize=authorize, cap=cap, secret=secret, title=title
+        queue, read_only=read_only, authorize=authorize, cap=cap, secret=secret, title=title,
+        poll_seconds=poll_seconds,
     )

@@ -79,7 +79,7 @@ GRAPH_COUNT_LIMIT = 20_000
 # The overview's chart: the last hour in 30 buckets.
 SERIES_WINDOW = 3600.0
 SERIES_BUCKETS = 30
-POLL_SECONDS = 3
+POLL_SECONDS = 5.0
 ACTIONS = ("view", "retry", "cancel")
 
 Authorize = Callable[[Request, str], "bool | Awaitable[bool]"]
@@ -211,6 +211,7 @@ class Dashboard:
         cap: int | None,
         secret: bytes | None,
         title: str,
+        poll_seconds: float,
     ) -> None:
         self.queue = queue
         # An AsyncQueue's calls run in a greenlet on the event loop; a Queue's in a thread.
@@ -221,6 +222,7 @@ class Dashboard:
         self.cap = cap
         self.csrf = Csrf(secret or secrets.token_bytes(32))
         self.title = title
+        self.poll_seconds = poll_seconds
         self.changes = Changes(self.sync.store, self.call)
         self.env = jinja2.Environment(
             loader=jinja2.FileSystemLoader(str(HERE / "templates")),
@@ -243,6 +245,7 @@ class Dashboard:
     async def allow(self, request: Request, action: str) -> None:
         """Raise Forbidden unless ``action`` is allowed: read-only mode refuses every
         action, and the authorize hook decides the rest."""
+        await self.changes.start()  # the first request decides the pages' live mode
         if action != "view" and self.read_only:
             raise Forbidden("this dashboard is read-only")
         if self.authorize_hook is not None:
@@ -294,7 +297,7 @@ class Dashboard:
             read_only=self.read_only,
             csrf=self.csrf.token(cookie),
             live_mode="notify" if self.changes.listening else "poll",
-            poll_seconds=POLL_SECONDS,
+            poll_seconds=self.poll_seconds,
             u=lambda path: base + path,
             **context,
         )
@@ -333,14 +336,20 @@ def create_app(
     cap: int | None = None,
     secret: bytes | str | None = None,
     title: str = "readyq",
+    poll_seconds: float = POLL_SECONDS,
 ) -> Starlette:
     """The dashboard as an ASGI app; see :func:`readyq.web.create_app`."""
     if isinstance(secret, str):
         secret = secret.encode()
     if cap is not None and (isinstance(cap, bool) or not isinstance(cap, int) or cap < 1):
         raise ValueError(f"cap must be a positive int, not {cap!r}")
+    if isinstance(poll_seconds, bool) or not isinstance(poll_seconds, (int, float)) or not (
+        0.2 <= poll_seconds <= 3600
+    ):
+        raise ValueError(f"poll_seconds must be from 0.2 to 3600, not {poll_seconds!r}")
     d = Dashboard(
-        queue, read_only=read_only, authorize=authorize, cap=cap, secret=secret, title=title
+        queue, read_only=read_only, authorize=authorize, cap=cap, secret=secret, title=title,
+        poll_seconds=float(poll_seconds),
     )
     q = d.sync
     store = q.store
@@ -370,8 +379,7 @@ def create_app(
         g = await d.call(store.graph, job_id, max_nodes=limit)
         total = len(g.nodes)
         if g.truncated:
-            whole = await d.call(store.graph, job_id, max_nodes=GRAPH_COUNT_LIMIT)
-            total = len(whole.nodes)
+            total = await d.call(store.graph_size, job_id, limit=GRAPH_COUNT_LIMIT)
         return {"graph": g, "limit": limit, "total": total,
                 "total_is_lower_bound": total >= GRAPH_COUNT_LIMIT}
 
@@ -404,7 +412,7 @@ def create_app(
         data = await graph_data(job_id, request.query_params)
         root = data["graph"].nodes[job_id]
         return d.render(request, "graph.html", page_name="jobs", root=root,
-                        wider=min(MAX_GRAPH_NODES, data["limit"] * 4), max_graph=MAX_GRAPH_NODES,
+                        wider=min(MAX_GRAPH_NODES, data["limit"] * 2), max_graph=MAX_GRAPH_NODES,
                         **data)
 
     async def workers_page(request: Request) -> Response:

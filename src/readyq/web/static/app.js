@@ -4,7 +4,7 @@
   "use strict";
   var body = document.body;
   var mode = body.getAttribute("data-live-mode");
-  var pollSeconds = parseInt(body.getAttribute("data-poll-seconds") || "3", 10);
+  var pollSeconds = parseFloat(body.getAttribute("data-poll-seconds") || "5");
   var base = body.getAttribute("data-base") || "";
   var paused = window.localStorage && localStorage.getItem("readyq.paused") === "1";
   var toggle = document.getElementById("live-toggle");
@@ -19,7 +19,8 @@
   function describe(extra) {
     if (!status) { return; }
     if (paused) { status.textContent = "live: paused"; return; }
-    status.textContent = mode === "notify" ? "live: notifications" : "live: polling every " + pollSeconds + " s";
+    status.textContent = mode === "notify" ? "live: notifications, and every " + pollSeconds + " s"
+      : "live: polling every " + pollSeconds + " s";
     if (extra) { status.textContent += " (" + extra + ")"; }
   }
 
@@ -52,9 +53,9 @@
   }
   setPaused(paused);
 
-  // Polling: everywhere, every few seconds; with notifications, only as a slow backstop
-  // (a job that ends sends none).
-  var every = (mode === "notify" ? 15 : pollSeconds) * 1000;
+  // Polling everywhere; with notifications also at once when jobs become ready (a job
+  // that ends sends no notification, so the polls stay).
+  var every = pollSeconds * 1000;
   window.setInterval(function () {
     if (Date.now() - lastRefresh >= every - 50) { refresh(); }
   }, Math.min(every, 1000));
