@@ -645,7 +645,7 @@ def graph_size(ctx: StoreContext, conn: Connection, job_id: int, limit: int) -> 
             seen.update(frontier)
         return seen
 
-    ids = sa.bindparam("ids", expanding=True)
+    ids: sa.BindParameter[Any] = sa.bindparam("ids", expanding=True)
     up = walk([
         sa.select(d.c.depends_on_id).where(d.c.job_id.in_(ids)),
         sa.select(j.c.id).where(j.c.parent_id.in_(ids)),
