@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -61,13 +62,43 @@ def test_each_page_opens_and_the_jobs_filter(
     q = served.queue
     g = group()
     p = seed(q, group=g)
+    # Two jobs running under a rate limit while the pages are shot: the overview shows
+    # them in flight and the limit's use, the workers page the worker that holds them.
+    release = threading.Event()
+    if "hold" not in q.handlers:
+        q.rate_limit("partner-api", 5, per=60)
+        name = served.name
+        q.handler("hold", rate_limit="partner-api")(lambda job: HOLDS[name].wait(30) and None)
+    HOLDS[served.name] = release
+    held = [q.enqueue("hold", {"gate": True, "i": i}, group=g) for i in range(2)]
+    worker = q.worker(concurrency=2, poll_interval=0.05, types=["hold"])
+    thread = threading.Thread(target=worker.run, kwargs={"handle_signals": False}, daemon=True)
+    thread.start()
+    try:
+        _pages(page, served, tmp_path, p, held)
+    finally:
+        release.set()
+        worker.stop()
+        thread.join(timeout=15)
+
+
+HOLDS: dict[str, threading.Event] = {}
+
+
+def _pages(page: Any, served: Served, tmp_path: Path, p: Any, held: list[int]) -> None:
+    q = served.queue
+    g = p.group
+    deadline = time.monotonic() + 20
+    while not all(q.get(i).state is JobState.RUNNING for i in held):
+        assert time.monotonic() < deadline, "the held jobs did not start"
+        time.sleep(0.05)
     pages = [
         ("overview", "/", "#by-group"),
         ("jobs", "/jobs", "#jobs-table tbody tr[data-job-id]"),
         ("jobs-failed", "/jobs?state=failed", "#jobs-table tbody tr[data-state=failed]"),
         ("job", f"/jobs/{p.failed[0]}", "#error"),
         ("graph", f"/jobs/{p.box}/graph", "#graph svg g.node"),
-        ("workers", "/workers", "#workers-table"),
+        ("workers", "/workers", f"#workers-table a[data-job-id='{held[0]}']"),
     ]
     for name, path, ready in pages:
         page.goto(served.url + path)

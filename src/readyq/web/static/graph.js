@@ -61,7 +61,15 @@
       var t = el("text", { x: 8, y: h / 2 + 4 }, g);
       t.textContent = label(n);
     });
-    var view = { x: 0, y: 0, w: Math.max(layout.width, 200), h: Math.max(layout.height, 100) };
+    // The whole graph when it fits at a readable size; else a readable part of it,
+    // around the job the page is about (drag and zoom for the rest).
+    var hostW = host.clientWidth || 1000, hostH = host.clientHeight || 560;
+    var fit = Math.max(layout.width / hostW, layout.height / hostH, 0.5);
+    var scale = Math.min(fit, 1.6);
+    var view = { w: hostW * scale, h: hostH * scale, x: 0, y: 0 };
+    var focus = layout.nodes[root] || { x: layout.width / 2, y: layout.height / 2 };
+    view.x = fit > scale ? Math.max(0, Math.min(focus.x - view.w / 2, layout.width - view.w)) : (layout.width - view.w) / 2;
+    view.y = fit > scale ? Math.max(0, Math.min(focus.y - view.h / 2, layout.height - view.h)) : (layout.height - view.h) / 2;
     function apply() { svg.setAttribute("viewBox", view.x + " " + view.y + " " + view.w + " " + view.h); }
     apply();
     var drag = null;
