@@ -10,9 +10,7 @@ what sends no notification (a job that ends), the pages poll.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
-import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -23,7 +21,15 @@ log = logging.getLogger("readyq.web")
 
 
 class Changes:
-    """A counter of the store's wake-ups that coroutines can wait on."""
+    """A counter of the store's wake-ups that coroutines can wait on.
+
+    The listener's thread increments the counter; a waiting stream looks at it a few
+    times a second. Nothing here is bound to one event loop, so one counter serves an
+    app whatever loop (or loops, as in a test client) runs its requests.
+    """
+
+    # How often a waiting stream looks at the counter.
+    TICK = 0.2
 
     def __init__(self, store: Any, call: Callable[..., Any]) -> None:
         self.store = store
@@ -31,9 +37,6 @@ class Changes:
         self.version = 0
         self.listener: Listener | None = None
         self.started = False
-        self.lock = threading.Lock()
-        self.loop: asyncio.AbstractEventLoop | None = None
-        self.event: asyncio.Event | None = None
 
     @property
     def listening(self) -> bool:
@@ -45,8 +48,6 @@ class Changes:
         if self.started:
             return
         self.started = True
-        self.loop = asyncio.get_running_loop()
-        self.event = asyncio.Event()
         try:
             self.listener = await self.call(start_listener, self.store, None, self.wake)
         except Exception:  # the pages poll instead
@@ -56,23 +57,14 @@ class Changes:
 
     def wake(self) -> None:
         """Called from the listener's thread for each batch of notifications."""
-        loop = self.loop
-        if loop is not None and not loop.is_closed():
-            with contextlib.suppress(RuntimeError):  # the loop closed meanwhile
-                loop.call_soon_threadsafe(self.bump)
-
-    def bump(self) -> None:
         self.version += 1
-        if self.event is not None:
-            self.event.set()
-            self.event = asyncio.Event()
 
     async def wait(self, seen: int, timeout: float) -> int:
         """The version once it differs from ``seen``, or after ``timeout`` seconds."""
-        if self.version != seen or self.event is None:
-            return self.version
-        with contextlib.suppress(asyncio.TimeoutError):
-            await asyncio.wait_for(self.event.wait(), timeout)
+        loop = asyncio.get_running_loop()
+        end = loop.time() + timeout
+        while self.version == seen and (left := end - loop.time()) > 0:
+            await asyncio.sleep(min(self.TICK, left))
         return self.version
 
     def stop(self) -> None:
