@@ -316,3 +316,50 @@ def test_the_event_stream_passes_on_notifications(
     page = client.get("/")
     assert f'data-live-mode="{mode}"' in page.text
 
+
+
+def test_an_async_queue_s_dashboard(db: str) -> None:
+    """create_app takes an AsyncQueue too: its calls run on the server's event loop."""
+    import asyncio
+    import socket
+
+    import httpx
+    import uvicorn
+
+    from async_support import async_engine
+    from readyq.web import create_app
+
+    async def scenario() -> None:
+        engine = async_engine(db)
+        aq = readyq.AsyncQueue(engine)
+        await aq.create_schema()
+        job = await aq.enqueue("t", {"x": 1})
+        sock = socket.socket()
+        sock.bind(("127.0.0.1", 0))
+        server = uvicorn.Server(uvicorn.Config(create_app(aq), log_level="warning",
+                                               lifespan="off"))
+        task = asyncio.create_task(server.serve(sockets=[sock]))
+        try:
+            while not server.started:
+                await asyncio.sleep(0.02)
+            url = f"http://127.0.0.1:{sock.getsockname()[1]}"
+            async with httpx.AsyncClient(base_url=url) as c:
+                for path in ("/", "/jobs", f"/jobs/{job}", f"/jobs/{job}/graph", "/workers"):
+                    assert (await c.get(path)).status_code == 200, path
+                token = (await c.get("/api/csrf")).json()["token"]
+                r = await c.post(f"/api/jobs/{job}/cancel", headers={"x-csrf-token": token})
+                assert r.json()["after"] == "cancelled"
+            assert (await aq.get(job)).state is JobState.CANCELLED
+        finally:
+            server.should_exit = True
+            await task
+            await aq.close()
+            await engine.dispose()
+
+    from async_support import Runner
+
+    runner = Runner()
+    try:
+        runner.run(scenario())
+    finally:
+        runner.close()
