@@ -110,7 +110,9 @@ def test_time_ranges_by_instant_and_by_duration_ago(
     assert sorted(ids(queue.jobs(finished_before=hour))) == mixed["done"]
     assert sorted(ids(queue.jobs(started_before=hour))) == mixed["done"]
     assert ids(queue.jobs(created_before=hour, order="oldest")) == mixed["done"]
-    at = datetime.fromtimestamp(now - 7200, tz=timezone.utc)
+    # Half a second before the done jobs finished: a datetime holds microseconds, and
+    # the stored instant is a double.
+    at = datetime.fromtimestamp(now - 7200.5, tz=timezone.utc)
     # *_after is inclusive, *_before exclusive.
     assert ids(queue.jobs(finished_after=at, finished_before=hour)) == mixed["done"][::-1]
     assert ids(queue.jobs(finished_after=at + timedelta(seconds=1), finished_before=hour)) == []

@@ -58,10 +58,11 @@ def _root_conftest() -> Any:
     return module
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def browser() -> Iterator[Any]:
-    """One headless Chromium for the session: Debian's, which .ci/run installs (never
-    Playwright's own download)."""
+    """One headless Chromium for the browser tests (they are one module): Debian's,
+    which .ci/run installs, never Playwright's own download. Module-scoped, so that
+    Playwright's event loop is gone before the tests that run their own."""
     import os
 
     from playwright.sync_api import sync_playwright
@@ -113,10 +114,10 @@ class Served:
         self.queue.close()
 
 
-@pytest.fixture(scope="session", params=("sqlite", "postgresql", "mariadb"))
+@pytest.fixture(scope="module", params=("sqlite", "postgresql", "mariadb"))
 def served(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
            ) -> Iterator[Served]:
-    """One dashboard per database for the whole session."""
+    """One dashboard per database for the browser tests."""
     root = _root_conftest()
     name = request.param
     url, label = root.make_db(name, tmp_path_factory.mktemp(f"served-{name}"))
