@@ -44,7 +44,9 @@ the machine is shared and noisy: compare the ratios, not the absolute numbers.
   jobs' start, a heartbeat, their hand-back, and a worker's idle check (whether its
   types still have unfinished jobs), and the claim of a worker of two types. A third
   table holds ``--other-ready`` (50,000) ready jobs of a type the measured worker does
-  not run, ahead of its own jobs in the same groups.
+  not run, ahead of its own jobs in the same groups. Each table also holds 120 failed
+  jobs, older than the rest: the listings of a page of 50 failed jobs (and the page
+  after it) and of 50 of one type's ready jobs are timed with the rest.
 * Enqueue: ``enqueue_many`` of 20,000 jobs with dependencies (one transaction) and
   single ``enqueue`` calls.
 * Memory: a worker's RSS growth while it runs ``--memory-jobs`` jobs (SQLite).
@@ -317,7 +319,13 @@ def median_row(rows: list[Row]) -> Row:
 # -- scan flatness -----------------------------------------------------------------------
 
 
-OPERATIONS = ("claim", "start", "heartbeat", "hand-back", "idle check", "2-type claim")
+OPERATIONS = (
+    "claim", "start", "heartbeat", "hand-back", "idle check", "2-type claim", "failed page",
+    "failed page 2", "ready page",
+)
+# Failed jobs in each scan table, older than every other row there: a listing of them
+# newest first reads past every newer job unless an index leads to them.
+FAILED_ROWS = 120
 
 
 def operation_times(
@@ -328,7 +336,9 @@ def operation_times(
     heartbeat, their hand-back, and the question a worker run with ``until_idle`` asks
     when a tick finds nothing (here for a type with no jobs at all, so that no probe
     stops at a first match); then the claim of 10 jobs by a worker of two types (its
-    jobs' type and one with none), whose jobs are then handed back untimed."""
+    jobs' type and one with none), whose jobs are then handed back untimed; then the
+    listings an operator reads: a page of 50 failed jobs, the page after it (by its
+    cursor), and a page of 50 of one type's ready jobs (``Queue.jobs``)."""
     store = queue.store
 
     def timed(op: str, fn: Callable[[], Any]) -> Any:
@@ -353,6 +363,23 @@ def operation_times(
         store.start_jobs("bench", [(c, None, True) for c in claimed])
         release = readyq.store.OutcomeKind.RELEASE
         store.record_outcomes("bench", [readyq.store.Outcome(job=c, kind=release) for c in claimed])
+        page = timed("failed page", lambda: queue.jobs(state="failed", limit=50))
+        timed("failed page 2", lambda p=page: queue.jobs(
+            state="failed", limit=50, cursor=p.next_cursor))
+        timed("ready page", lambda: queue.jobs(state="ready", type="noop", limit=50))
+
+
+def fill_failed(queue: readyq.Queue, n: int) -> None:
+    """``n`` jobs that failed, with an error and a small payload."""
+    ids = queue.enqueue_many([JobSpec("broken", {"i": i}) for i in range(n)])
+    j = queue.store.tables.jobs
+    with queue.engine.begin() as conn:
+        conn.execute(
+            sa.update(j).where(j.c.id.in_(ids)).values(
+                state="failed", attempts=3, error="RuntimeError: the upstream API is down",
+                finished_at=1.0,
+            )
+        )
 
 
 def bulk_rows(queue: readyq.Queue, kind: str, done: int, waiting: int) -> None:
@@ -422,6 +449,7 @@ def scan_flatness(
                         ("bench_scan_mixed", "mixed")):
         queue = readyq.Queue(fresh_database(kind, base_url, name))
         queue.create_schema()
+        fill_failed(queue, FAILED_ROWS)
         if table == "mixed":
             # Ready jobs of a type the measured worker does not run, in the same groups
             # and ahead of its own in claim order (enqueued first).
@@ -745,7 +773,10 @@ def main(argv: list[str] | None = None) -> int:
               f"and on one with +{args.other_ready:,} ready jobs of another type ahead of "
               f"the 200 in the same groups, measured in alternation (claim: one transaction "
               f"that takes 10 jobs; idle check: whether a type still has unfinished jobs; "
-              f"2-type claim: the claim of a worker of two types)")
+              f"2-type claim: the claim of a worker of two types; failed page: "
+              f"Queue.jobs(state='failed', limit=50) over {FAILED_ROWS} failed jobs older "
+              f"than every other row, and the page after it by its cursor; ready page: "
+              f"Queue.jobs(state='ready', type='noop', limit=50))")
         for kind, url in dbs:
             empty, full, mixed = scan_flatness(
                 kind, url, args.done_rows, args.waiting_rows, args.other_ready

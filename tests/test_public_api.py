@@ -5,10 +5,13 @@ def test_public_names_are_pinned() -> None:
     assert readyq.__all__ == sorted(readyq.__all__)
     assert readyq.__all__ == [
         "AsyncQueue",
+        "BulkResult",
         "ConfigurationError",
         "DependencyCycle",
         "DependencyNotFound",
         "Enqueued",
+        "InvalidCursor",
+        "InvalidFilter",
         "InvalidJob",
         "InvalidJobArgs",
         "InvalidJobOption",
@@ -19,8 +22,10 @@ def test_public_names_are_pinned() -> None:
         "InvalidUniqueKey",
         "InvalidWeight",
         "Job",
+        "JobFilter",
         "JobInfo",
         "JobNotFound",
+        "JobPage",
         "JobSpec",
         "JobState",
         "LeaseLost",
@@ -42,7 +47,7 @@ def test_public_names_are_pinned() -> None:
 def test_every_error_derives_from_the_one_base() -> None:
     errors = [getattr(readyq, n) for n in readyq.__all__ if n.endswith(("Error", "Found", "Lost",
               "Closed", "Prefix", "Weight", "Parent", "Option", "Cycle", "Type", "JSON",
-              "Large", "Database", "Job", "Args", "Result", "Key",
+              "Large", "Database", "Job", "Args", "Result", "Key", "Filter", "Cursor",
               "Limit"))]
     for err in errors:
         if isinstance(err, type) and issubclass(err, Exception):

@@ -12,6 +12,8 @@ from readyq.errors import (
     ConfigurationError,
     DependencyCycle,
     DependencyNotFound,
+    InvalidCursor,
+    InvalidFilter,
     InvalidJob,
     InvalidJobArgs,
     InvalidJobOption,
@@ -31,9 +33,11 @@ from readyq.errors import (
     UnknownJobType,
     UnsupportedDatabase,
 )
+from readyq.listing import JobFilter
 from readyq.model import Enqueued, Job, JobInfo, JobState
 from readyq.queue import JobSpec, Queue
 from readyq.rate_limits import RateLimit
+from readyq.reports import BulkResult, JobPage
 from readyq.worker import Worker, WorkerStats
 
 __version__ = "0.1.0"
@@ -49,10 +53,13 @@ def __getattr__(name: str) -> object:
 
 __all__ = [
     "AsyncQueue",
+    "BulkResult",
     "ConfigurationError",
     "DependencyCycle",
     "DependencyNotFound",
     "Enqueued",
+    "InvalidCursor",
+    "InvalidFilter",
     "InvalidJob",
     "InvalidJobArgs",
     "InvalidJobOption",
@@ -63,8 +70,10 @@ __all__ = [
     "InvalidUniqueKey",
     "InvalidWeight",
     "Job",
+    "JobFilter",
     "JobInfo",
     "JobNotFound",
+    "JobPage",
     "JobSpec",
     "JobState",
     "LeaseLost",

@@ -27,6 +27,7 @@ from readyq.errors import (
     NotRetryable,
     SchemaNotVersioned,
 )
+from readyq.listing import JobFilter, bulk_filter, filter_of
 from readyq.migrations import (
     PREFIX_ATTRIBUTE,
     script_location,
@@ -35,6 +36,7 @@ from readyq.migrations import (
 from readyq.queue import Queue
 from readyq.reports import (
     STATE_ORDER,
+    BulkResult,
     CancelResult,
     Graph,
     JobDetail,
@@ -53,6 +55,7 @@ from readyq.store.enqueue import is_live_key_conflict
 __all__ = [
     "STATE_ORDER",
     "AdminError",
+    "BulkResult",
     "CancelResult",
     "Graph",
     "JobDetail",
@@ -67,6 +70,7 @@ __all__ = [
     "Status",
     "WorkerSeen",
     "cancel",
+    "cancel_many",
     "check_schema",
     "current_revision",
     "dag",
@@ -77,6 +81,7 @@ __all__ = [
     "parse_duration",
     "prune",
     "retry",
+    "retry_many",
     "show",
     "stamp",
     "status",
@@ -418,6 +423,7 @@ def prune(
     *,
     batch_size: int = 500,
     progress: Callable[[int, int], None] | None = None,
+    dry_run: bool = False,
 ) -> PruneResult:
     """Delete finished jobs whose ``finished_at`` is more than ``older_than`` seconds ago.
 
@@ -428,6 +434,9 @@ def prune(
     dependents go before the jobs they depend on and children before their container;
     passes repeat until one deletes nothing. ``progress(deleted, candidates)`` is called
     after each batch. The cutoff is taken once, from the database clock.
+
+    With ``dry_run``, nothing is deleted: the result counts the jobs and dependency rows
+    a prune would delete now (``dry_run`` set), in one read.
     """
     if older_than < 0 or not math.isfinite(older_than):
         raise ValueError(
@@ -435,4 +444,87 @@ def prune(
         )
     if batch_size < 1:
         raise ValueError(f"batch_size must be >= 1, not {batch_size!r}")
+    if dry_run:
+        return queue.store.prune_preview(older_than)
     return queue.store.prune(older_than, batch_size=batch_size, progress=progress)
+
+
+def _bulk(
+    queue: Queue,
+    action: str,
+    filter: JobFilter | None,
+    criteria: dict[str, Any],
+    *,
+    dry_run: bool,
+    extra_attempts: int = 1,
+) -> BulkResult:
+    queue.check_open()
+    flt = bulk_filter(filter_of(filter, criteria), action)
+    store = queue.store
+    try:
+        return store.bulk(action, flt, dry_run=dry_run, extra_attempts=extra_attempts)
+    except sa.exc.IntegrityError as exc:
+        if is_live_key_conflict(exc, store.tables):
+            raise NotRetryable(
+                "a job could not be retried: a job that has not ended took its unique key "
+                "meanwhile; the jobs retried before it in its batch were rolled back"
+            ) from exc
+        raise
+
+
+def retry_many(
+    queue: Queue,
+    filter: JobFilter | None = None,
+    *,
+    dry_run: bool = False,
+    extra_attempts: int = 1,
+    **criteria: Any,
+) -> BulkResult:
+    """Retry every job matching a filter, with the rules of :func:`retry`.
+
+    The filter is a :class:`readyq.JobFilter` or its criteria as keywords (``state``,
+    ``type``, ``group``, ``parent``, time bounds, ``unique_key``, ``id``); at least one
+    is needed. Without a state it takes the jobs that ``failed``; states other than
+    failed, cancelled and upstream_failed are refused (:class:`readyq.InvalidFilter`).
+    Jobs are retried oldest first, 200 per transaction; a job that :func:`retry`
+    refuses (an upstream_failed job whose failed dependency is not retried with it, a
+    container with nothing to retry) is skipped with the reason, and its dependents
+    revived by the retry of another are counted once. The result says how many matched,
+    how many jobs changed (the dependents and containers revived with them included)
+    and why jobs were skipped.
+
+    With ``dry_run``, the same runs in one transaction that is rolled back: the counts
+    are what a retry would change now, and nothing changes.
+
+    Example::
+
+        report = admin.retry_many(queue, state="failed", type="resize", dry_run=True)
+        print(report.matched, report.changed)
+    """
+    if (
+        isinstance(extra_attempts, bool)
+        or not isinstance(extra_attempts, int)
+        or extra_attempts < 1
+    ):
+        raise ValueError(f"extra_attempts must be an int >= 1, not {extra_attempts!r}")
+    return _bulk(
+        queue, "retry", filter, criteria, dry_run=dry_run, extra_attempts=extra_attempts
+    )
+
+
+def cancel_many(
+    queue: Queue,
+    filter: JobFilter | None = None,
+    *,
+    dry_run: bool = False,
+    **criteria: Any,
+) -> BulkResult:
+    """Cancel every job matching a filter, with the rules of ``Queue.cancel``.
+
+    The filter is given as for :func:`retry_many`; without a state it takes every job
+    that has not ended, and a state of ended jobs is refused. Waiting and ready jobs end
+    ``cancelled`` (``changed``; their dependents end ``upstream_failed``), running ones
+    are asked to stop (``requested``), containers cancel their children. With
+    ``dry_run`` nothing changes and the counts are what a cancel would do now.
+    """
+    return _bulk(queue, "cancel", filter, criteria, dry_run=dry_run)

@@ -112,6 +112,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     as_json = argparse.ArgumentParser(add_help=False)
     as_json.add_argument("--json", action="store_true", help="print JSON instead of tables")
+    filters = _filter_parser()
 
     # Not required: a bare `readyq` gets the whole help rather than a one-line usage error.
     sub = parser.add_subparsers(
@@ -377,17 +378,40 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--max-nodes", type=int, default=200, help="largest graph shown (default 200)")
 
     p = sub.add_parser(
+        "jobs",
+        parents=[common, as_json, filters],
+        help="list jobs by state, type, group, container, time or key",
+        description="A page of the jobs that match every filter given, newest first. "
+        "The last line gives the --cursor of the next page (with --json: next_cursor). "
+        "Pages are read through an index by keyset, so a deep page costs what the first "
+        "does.",
+    )
+    p.add_argument(
+        "--order",
+        choices=("newest", "oldest"),
+        default="newest",
+        help="newest or oldest job first, by id (default newest)",
+    )
+    p.add_argument("--limit", type=int, default=50, help="jobs per page, 1 to 1000 (default 50)")
+    p.add_argument("--cursor", default=None, help="continue a listing from its last page")
+
+    p = sub.add_parser(
         "retry",
-        parents=[common, as_json],
+        parents=[common, as_json, filters],
         help="put a failed/cancelled/upstream_failed job back (with its dependents)",
         description="The job goes back to ready (or waiting if its dependencies are "
         "unfinished), its error cleared and its attempts kept; dependents that ended "
         "upstream_failed only because of it are revived too, and containers it belongs to "
         "reopen. Retrying a container retries its failed and cancelled jobs. A job that has "
         "not finished, is done, or failed because a job it depends on failed is refused "
-        "(the message names the job to retry instead), and nothing changes.",
+        "(the message names the job to retry instead), and nothing changes. With filter "
+        "options instead of an ID, every matching job is retried (failed jobs unless "
+        "--state says otherwise); it asks before changing more than one job unless --yes.",
     )
-    p.add_argument("id", type=int, metavar="ID", help="the job (or container) to retry")
+    p.add_argument(
+        "id", type=int, nargs="?", metavar="ID", help="the job (or container) to retry"
+    )
+    _bulk_flags(p, "retry")
     p.add_argument(
         "--extra-attempts",
         type=int,
@@ -398,14 +422,17 @@ def _parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser(
         "cancel",
-        parents=[common, as_json],
+        parents=[common, as_json, filters],
         help="cancel a job (Queue.cancel)",
         description="A waiting or ready job ends cancelled at once and its dependents end "
         "upstream_failed. A running job is asked to stop: its handler sees job.cancelled "
         "at its next heartbeat, and the job ends cancelled unless the handler returns a "
-        "result first. Cancelling a container cancels its children.",
+        "result first. Cancelling a container cancels its children. With filter options "
+        "instead of an ID, every matching job that has not ended is cancelled; it asks "
+        "before changing more than one job unless --yes.",
     )
-    p.add_argument("id", type=int, metavar="ID", help="the job to cancel")
+    p.add_argument("id", type=int, nargs="?", metavar="ID", help="the job to cancel")
+    _bulk_flags(p, "cancel")
 
     p = sub.add_parser(
         "prune",
@@ -421,6 +448,11 @@ def _parser() -> argparse.ArgumentParser:
         help="e.g. 7d, 12h, 30m, 1w, 1d12h or seconds",
     )
     p.add_argument("--batch-size", type=int, default=500, help="jobs per transaction (default 500)")
+    p.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="count what would be deleted; delete nothing",
+    )
 
     p = sub.add_parser(
         "top",
@@ -438,6 +470,35 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--once", action="store_true", help="render one frame and exit")
 
     p = sub.add_parser(
+        "dashboard",
+        parents=[common],
+        help="serve the web dashboard (pip install 'readyq[web]')",
+        description="Serve the dashboard: overview, jobs with filters and actions, each "
+        "job, the dependency graph, workers, and a JSON API under /api/. It listens on "
+        "127.0.0.1 unless --host says otherwise. With READYQ_DASHBOARD_USER and "
+        "READYQ_DASHBOARD_PASSWORD set, every request needs those HTTP basic credentials; "
+        "another --host is refused without them. READYQ_DASHBOARD_SECRET signs the CSRF "
+        "tokens (random per start by default).",
+    )
+    p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
+    p.add_argument("--port", type=int, default=8765, help="port to listen on (default 8765)")
+    p.add_argument(
+        "--read-only", action="store_true", help="refuse every action (retry, cancel) with 403"
+    )
+    p.add_argument(
+        "--base-path",
+        default="",
+        metavar="PATH",
+        help="serve under this path, e.g. /jobs behind a proxy (default: the root)",
+    )
+    p.add_argument(
+        "--cap",
+        type=int,
+        default=None,
+        help="the workers' global cap, shown against the jobs in flight",
+    )
+
+    p = sub.add_parser(
         "completion",
         help="print the shell completion script for bash, zsh or fish",
         description="Print the script that lets the shell complete readyq's commands and "
@@ -447,6 +508,65 @@ def _parser() -> argparse.ArgumentParser:
     )
     p.add_argument("shell", choices=SHELLS, metavar="SHELL", help="bash, zsh or fish")
     return parser
+
+
+def _filter_parser() -> argparse.ArgumentParser:
+    """The filter options of `jobs`, and of `retry` and `cancel` without an ID."""
+    f = argparse.ArgumentParser(add_help=False)
+    g = f.add_argument_group("filters (every one given must hold)")
+    g.add_argument(
+        "--state",
+        dest="states",
+        nargs="+",
+        action="extend",
+        default=None,
+        metavar="STATE",
+        help="one state or several (waiting ready leased running active done failed "
+        "cancelled upstream_failed)",
+    )
+    g.add_argument("--type", dest="job_type", default=None, help="the job type")
+    g.add_argument("--group", default=None, help="the fair-share group")
+    g.add_argument(
+        "--parent", dest="parent_id", type=int, default=None, metavar="ID",
+        help="the container the jobs are directly inside",
+    )
+    g.add_argument(
+        "--since",
+        default=None,
+        metavar="DURATION|ISO8601",
+        help="created (see --time) at or after: a duration ago (1h, 7d, 90m) or an ISO 8601 "
+        "time (naive means UTC)",
+    )
+    g.add_argument(
+        "--until", default=None, metavar="DURATION|ISO8601", help="created (see --time) before"
+    )
+    g.add_argument(
+        "--time",
+        dest="time_field",
+        choices=("created", "started", "finished"),
+        default="created",
+        help="the time --since and --until apply to (default created)",
+    )
+    g.add_argument("--unique-key", dest="key", default=None, metavar="KEY", help="the unique key")
+    g.add_argument(
+        "--id", dest="ids", type=int, nargs="+", action="extend", default=None, metavar="ID",
+        help="these job ids",
+    )
+    return f
+
+
+def _bulk_flags(p: argparse.ArgumentParser, verb: str) -> None:
+    p.add_argument(
+        "--dry-run",
+        action="store_true",
+        help=f"with filter options: count the jobs {verb} would change; change nothing",
+    )
+    p.add_argument(
+        "--yes",
+        "-y",
+        action="store_true",
+        help="with filter options: do not ask before changing more than one job",
+    )
 
 
 # -- plumbing ------------------------------------------------------------------------------
@@ -1119,6 +1239,8 @@ def cmd_retry(args: argparse.Namespace) -> int:
 
     if args.extra_attempts < 1:
         raise CLIError("--extra-attempts must be at least 1", code=2)
+    if _filter_mode(args, "retry"):
+        return _bulk_command(args, "retry")
     queue = _open(args)
     try:
         result = admin.retry(queue, args.id, extra_attempts=args.extra_attempts)
@@ -1139,6 +1261,8 @@ def cmd_retry(args: argparse.Namespace) -> int:
 def cmd_cancel(args: argparse.Namespace) -> int:
     from readyq import admin
 
+    if _filter_mode(args, "cancel"):
+        return _bulk_command(args, "cancel")
     queue = _open(args)
     try:
         result = admin.cancel(queue, args.id)
@@ -1195,6 +1319,8 @@ def cmd_prune(args: argparse.Namespace) -> int:
         raise CLIError(f"--older-than: {exc}", code=2) from None
     if args.batch_size < 1:
         raise CLIError("--batch-size must be at least 1", code=2)
+    if args.dry_run:
+        return _prune_dry_run(args, seconds)
     queue = _open(args)
     bar = _PruneProgress(enabled=not args.json)
     try:
@@ -1214,6 +1340,297 @@ def cmd_prune(args: argparse.Namespace) -> int:
             f"pruned {result.deleted} job(s) and {result.edges} dependency row(s) finished "
             f"before {admin.iso(result.cutoff)}{kept}"
         )
+    return 0
+
+
+def _prune_dry_run(args: argparse.Namespace, seconds: float) -> int:
+    from readyq import admin
+
+    queue = _open(args)
+    try:
+        result = admin.prune(queue, seconds, dry_run=True)
+    finally:
+        queue.close()
+    if args.json:
+        _print_json(result.to_json())
+        return 0
+    kept = (
+        f"; {result.kept} would stay, as remaining jobs depend on them or are inside them"
+        if result.kept
+        else ""
+    )
+    print(
+        f"dry run: would prune {result.deleted} job(s) and {result.edges} dependency row(s) "
+        f"finished before {admin.iso(result.cutoff)}{kept}; nothing was deleted"
+    )
+    return 0
+
+
+# -- listings and bulk actions ---------------------------------------------------------------
+
+FILTER_FLAGS = (
+    ("states", "--state"), ("job_type", "--type"), ("group", "--group"),
+    ("parent_id", "--parent"), ("since", "--since"), ("until", "--until"),
+    ("key", "--unique-key"), ("ids", "--id"),
+)
+
+
+def _time_bound(text: str | None, flag: str) -> Any:
+    """A --since/--until value: a duration ago (a timedelta) or an instant."""
+    from datetime import timedelta
+
+    from readyq.admin import parse_duration
+
+    if text is None:
+        return None
+    try:
+        return timedelta(seconds=parse_duration(text))
+    except ValueError:
+        pass
+    try:
+        value = datetime.fromisoformat(text.strip().replace("Z", "+00:00"))
+    except ValueError:
+        raise CLIError(
+            f"{flag} {text!r} is neither a duration (1h, 7d, 90m, 3600) nor an ISO 8601 "
+            "time (e.g. 2030-01-31T09:00:00+00:00)",
+            code=2,
+        ) from None
+    if value.tzinfo is None:
+        raise CLIError(
+            f"{flag} {text!r} has no time zone: add one (2030-01-31T09:00:00+09:00, or Z "
+            "for UTC) or give a duration",
+            code=2,
+        )
+    return value
+
+
+def _given_filters(args: argparse.Namespace) -> list[str]:
+    return [flag for dest, flag in FILTER_FLAGS if getattr(args, dest, None) is not None]
+
+
+def _job_filter(args: argparse.Namespace) -> Any:
+    """The JobFilter of the filter options (InvalidFilter for a bad value: status 2)."""
+    from readyq.listing import JobFilter
+
+    field = args.time_field
+    return JobFilter(
+        state=args.states,
+        type=args.job_type,
+        group=args.group,
+        parent=args.parent_id,
+        unique_key=args.key,
+        id=args.ids,
+        **{
+            f"{field}_after": _time_bound(args.since, "--since"),
+            f"{field}_before": _time_bound(args.until, "--until"),
+        },
+    )
+
+
+def _filter_mode(args: argparse.Namespace, verb: str) -> bool:
+    """Whether `retry`/`cancel` acts on a filter (or, with --dry-run, on its ID as a
+    filter) rather than on one job."""
+    given = _given_filters(args)
+    if args.id is not None and given:
+        raise CLIError(
+            f"give `readyq {verb}` a job ID or filter options ({', '.join(given)}), not both",
+            code=2,
+        )
+    if args.id is None and not given:
+        raise CLIError(
+            f"`readyq {verb}` needs a job ID or filter options (--state, --type, --group, "
+            "--parent, --since, --until, --unique-key, --id)",
+            code=2,
+        )
+    return bool(given) or args.dry_run
+
+
+def _confirm(question: str, count: int) -> None:
+    """Ask on the terminal before changing ``count`` (> 1) jobs; refuse without one."""
+    if not sys.stdin.isatty():
+        raise CLIError(
+            f"this would change {count} jobs and stdin is not a terminal to ask on: pass "
+            "--yes to go ahead (--dry-run shows what would change)",
+            code=2,
+        )
+    print(f"{question} [y/N] ", end="", file=sys.stderr, flush=True)
+    answer = sys.stdin.readline().strip().lower()
+    if answer not in ("y", "yes"):
+        raise CLIError("nothing was changed", code=1)
+
+
+def _describe_filter(criteria: dict[str, Any]) -> str:
+    def value(v: Any) -> str:
+        if isinstance(v, dict) and "ago_seconds" in v:
+            return f"{v['ago_seconds']:g}s ago"
+        if isinstance(v, list):
+            return ",".join(str(x) for x in v)
+        return str(v)
+
+    return " ".join(f"{k}={value(v)}" for k, v in criteria.items()) or "(no filter)"
+
+
+def _bulk_command(args: argparse.Namespace, action: str) -> int:
+    from readyq import admin
+    from readyq.listing import CANCEL_STATES, RETRY_STATES, JobFilter
+
+    if args.id is not None:  # `retry ID --dry-run`: that one job, whatever its state
+        flt = JobFilter(id=args.id, state=RETRY_STATES if action == "retry" else CANCEL_STATES)
+    else:
+        flt = _job_filter(args)
+    run = admin.retry_many if action == "retry" else admin.cancel_many
+    options: dict[str, Any] = {"extra_attempts": args.extra_attempts} if action == "retry" else {}
+    queue = _open(args)
+    try:
+        if args.dry_run or not args.yes:
+            preview = run(queue, flt, dry_run=True, **options)
+            count = preview.changed + preview.requested
+            if args.dry_run:
+                _print_bulk(preview, args.json)
+                return 0
+            if count > 1:
+                verb = "retry" if action == "retry" else "cancel"
+                _confirm(
+                    f"{verb} {preview.matched} job(s) matching "
+                    f"{_describe_filter(preview.filter)}, changing {count} job(s)?",
+                    count,
+                )
+        result = run(queue, flt, **options)
+    finally:
+        queue.close()
+    _print_bulk(result, args.json)
+    return 0
+
+
+def _print_bulk(result: Any, as_json: bool) -> None:
+    if as_json:
+        _print_json(result.to_json())
+        return
+    done = {"retry": "retried", "cancel": "cancelled"}[result.action]
+    would = {"retry": "would retry", "cancel": "would cancel"}[result.action]
+    head = f"dry run: {would}" if result.dry_run else done
+    extra = f", {result.requested} running asked to stop" if result.requested else ""
+    print(
+        f"{head} {result.changed} job(s){extra} of {result.matched} matching "
+        f"{_describe_filter(result.filter)}; {result.skipped} skipped"
+        + ("; nothing was changed" if result.dry_run else "")
+    )
+    for job_id, reason in result.reasons:
+        print(f"  skipped job {job_id}: {reason}")
+    if result.skipped > len(result.reasons):
+        print(f"  ... and {result.skipped - len(result.reasons)} more skipped")
+
+
+def _error_line(text: str | None, limit: int = 60) -> str:
+    """The last line of an error (a traceback's ends with the exception), cut short."""
+    if not text:
+        return ""
+    line = text.strip().splitlines()[-1] if text.strip() else ""
+    return line if len(line) <= limit else line[: limit - 1] + "…"
+
+
+def cmd_jobs(args: argparse.Namespace) -> int:
+    from rich.table import Table
+
+    flt = _job_filter(args)
+    queue = _open(args)
+    try:
+        page = queue.jobs(flt, order=args.order, limit=args.limit, cursor=args.cursor)
+    finally:
+        queue.close()
+    if args.json:
+        _print_json(page.to_json())
+        return 0
+    console = _console()
+    table = Table(
+        title=f"{len(page.jobs)} job(s) matching {_describe_filter(page.filter)}, "
+        f"{page.order} first",
+        title_justify="left",
+    )
+    for name, justify in (
+        ("id", "right"), ("type", "left"), ("state", "left"), ("group", "left"),
+        ("attempts", "right"), ("created", "left"), ("finished", "left"), ("error", "left"),
+    ):
+        table.add_column(name, justify=justify)  # type: ignore[arg-type]
+    now = page.now
+    for j in page.jobs:
+        created = None if j.created_at is None else now - j.created_at.timestamp()
+        finished = None if j.finished_at is None else now - j.finished_at.timestamp()
+        table.add_row(
+            _text(j.id),
+            _text(j.type + (" (container)" if j.is_container else "")),
+            _state(j.state.value),
+            _text(j.group),
+            _text(f"{j.attempts}/{j.max_attempts}"),
+            _text("-" if created is None else f"{_ago(created)} ago"),
+            _text("-" if finished is None else f"{_ago(finished)} ago"),
+            _text(_error_line(j.error)),
+        )
+    console.print(table)
+    if page.next_cursor is not None:
+        print(f"next page: --cursor {page.next_cursor}")
+    return 0
+
+
+def cmd_dashboard(args: argparse.Namespace) -> int:
+    import ipaddress
+
+    try:
+        import uvicorn
+
+        from readyq.web import create_app
+        from readyq.web.app import env_credentials
+        from readyq.web.security import BasicAuth
+    except ImportError as exc:
+        raise CLIError(
+            f"the dashboard needs the web extra: pip install 'readyq[web]' ({exc})", code=2
+        ) from None
+    base = args.base_path.rstrip("/")
+    if base and (not base.startswith("/") or any(c in base for c in "?#\\ ")):
+        raise CLIError(f"--base-path must be a path like /jobs, not {args.base_path!r}", code=2)
+    if not 0 < args.port < 65536:
+        raise CLIError("--port must be from 1 to 65535", code=2)
+    if args.cap is not None and args.cap < 1:
+        raise CLIError("--cap must be at least 1", code=2)
+    try:
+        credentials = env_credentials()
+    except ValueError as exc:
+        raise CLIError(str(exc), code=2) from None
+    try:
+        loopback = args.host == "localhost" or ipaddress.ip_address(args.host).is_loopback
+    except ValueError:
+        loopback = False
+    if not loopback and credentials is None:
+        raise CLIError(
+            f"--host {args.host} would serve the dashboard to the network without a password: "
+            "set READYQ_DASHBOARD_USER and READYQ_DASHBOARD_PASSWORD",
+            code=2,
+        )
+    queue = _open(args)
+    try:
+        _ = queue.database  # connects now: a bad URL or server fails here, not per page
+        from starlette.applications import Starlette
+        from starlette.routing import Mount
+
+        app: Any = create_app(
+            queue, read_only=args.read_only, cap=args.cap,
+            secret=os.environ.get("READYQ_DASHBOARD_SECRET"),
+        )
+        if base:
+            app = Starlette(routes=[Mount(base, app=app)])
+        if credentials is not None:
+            app = BasicAuth(app, *credentials)
+        where = f"http://{args.host}:{args.port}{base}/"
+        print(
+            f"readyq dashboard on {queue.database} (prefix {queue.prefix}) at {where}"
+            + (" (read-only)" if args.read_only else "")
+            + ("" if credentials else "; no password: local use only")
+            + "; Ctrl-C to stop",
+            file=sys.stderr,
+        )
+        uvicorn.run(app, host=args.host, port=args.port, log_level="warning")
+    finally:
+        queue.close()
     return 0
 
 
@@ -1262,11 +1679,13 @@ COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "worker": cmd_worker,
     "status": cmd_status,
     "show": cmd_show,
+    "jobs": cmd_jobs,
     "dag": cmd_dag,
     "retry": cmd_retry,
     "cancel": cmd_cancel,
     "prune": cmd_prune,
     "top": cmd_top,
+    "dashboard": cmd_dashboard,
     "completion": cmd_completion,
 }
 
@@ -1284,6 +1703,7 @@ def _run(args: argparse.Namespace) -> int:
     from readyq import admin
     from readyq.errors import (
         ConfigurationError,
+        InvalidFilter,
         InvalidJob,
         JobNotFound,
         SchemaNotFound,
@@ -1301,7 +1721,7 @@ def _run(args: argparse.Namespace) -> int:
             ),
             1,
         )
-    except (ConfigurationError, InvalidJob) as exc:
+    except (ConfigurationError, InvalidJob, InvalidFilter) as exc:
         message, code = str(exc), 2
     except (JobNotFound, admin.AdminError) as exc:
         message, code = str(exc).strip("'\""), 1

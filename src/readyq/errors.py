@@ -135,3 +135,14 @@ class NotCancellable(AdminError):
 
 class SchemaNotVersioned(AdminError):
     """readyq's tables exist but carry no migration history (see ``migrate --stamp``)."""
+
+
+class InvalidFilter(ReadyqError, ValueError):
+    """A job listing or a bulk action was given a bad filter: an unknown state, a bad
+    key or id, a time range that ends before it starts, a bad order or page size; or a
+    bulk action was given no filter at all, or states it cannot change."""
+
+
+class InvalidCursor(InvalidFilter):
+    """The cursor is not one a job listing made, or it continues a listing with another
+    filter or order."""

@@ -31,12 +31,14 @@ from readyq.errors import (
 )
 from readyq.handlers import HandlerRegistry, HandlerSpec
 from readyq.isolation import ISOLATIONS, check_importable
+from readyq.listing import DEFAULT_LIMIT, JobFilter, check_limit, check_order, filter_of
 from readyq.metrics import Observers
-from readyq.model import Enqueued, GroupStats, JobInfo
+from readyq.model import Enqueued, GroupStats, JobInfo, JobState
 from readyq.payload import DEFAULT_MAX_PAYLOAD_BYTES, encode
 from readyq.planning.backoff import DEFAULT_RETRY_BASE, DEFAULT_RETRY_MAX
 from readyq.planning.dag import insertion_order
 from readyq.rate_limits import RateLimit
+from readyq.reports import JobPage
 from readyq.schema import (
     DEFAULT_PREFIX,
     MAX_ATTEMPTS_FROM_HANDLER,
@@ -845,6 +847,59 @@ class Queue:
         """Number of jobs in each state."""
         self.check_open()
         return self.store.counts()
+
+    def jobs(
+        self,
+        filter: JobFilter | None = None,
+        *,
+        state: str | JobState | Iterable[str | JobState] | None = None,
+        type: str | None = None,
+        group: str | None = None,
+        parent: int | None = None,
+        created_after: datetime | timedelta | None = None,
+        created_before: datetime | timedelta | None = None,
+        started_after: datetime | timedelta | None = None,
+        started_before: datetime | timedelta | None = None,
+        finished_after: datetime | timedelta | None = None,
+        finished_before: datetime | timedelta | None = None,
+        unique_key: str | None = None,
+        id: int | Iterable[int] | None = None,
+        order: str = "newest",
+        limit: int = DEFAULT_LIMIT,
+        cursor: str | None = None,
+    ) -> JobPage:
+        """A page of the jobs that match a filter, newest first (``order="oldest"``:
+        oldest first), at most ``limit`` (1 to 1,000; 50 by default).
+
+        The criteria are those of :class:`readyq.JobFilter`, given here as keywords or
+        as one ``filter``; every one given must hold. Time bounds are aware datetimes or
+        timedeltas (that long ago by the database's clock). The page's ``next_cursor``
+        continues the listing (pass it back as ``cursor`` with the same filter and
+        order), or is None on the last page. Pages are read by keyset on the job id
+        through an index, so a page costs the same however deep it is.
+
+        Raises :class:`readyq.errors.InvalidFilter` for a bad criterion, order or limit
+        and :class:`readyq.errors.InvalidCursor` for a cursor of another listing.
+
+        Example::
+
+            page = queue.jobs(state="failed", type="resize", limit=20)
+            for job in page:
+                print(job.id, job.error)
+            more = queue.jobs(state="failed", type="resize", limit=20,
+                              cursor=page.next_cursor)
+        """
+        self.check_open()
+        flt = filter_of(filter, {
+            "state": state, "type": type, "group": group, "parent": parent,
+            "created_after": created_after, "created_before": created_before,
+            "started_after": started_after, "started_before": started_before,
+            "finished_after": finished_after, "finished_before": finished_before,
+            "unique_key": unique_key, "id": id,
+        })
+        return self.store.jobs(
+            flt, order=check_order(order), limit=check_limit(limit), cursor=cursor
+        )
 
     def wait(
         self,

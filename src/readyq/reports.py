@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
 
-from readyq.model import IN_FLIGHT_STATES, JobState
+from readyq.model import IN_FLIGHT_STATES, JobInfo, JobState
 
 STATE_ORDER = tuple(s.value for s in JobState)
 
@@ -292,12 +292,15 @@ class CancelResult:
 @dataclass(frozen=True)
 class PruneResult:
     """``deleted`` jobs (and ``edges`` job_deps rows); ``kept``: finished jobs older than
-    the cutoff that stay because a job that stays depends on them or is inside them."""
+    the cutoff that stay because a job that stays depends on them or is inside them.
+    With ``dry_run``, nothing was deleted: ``deleted`` and ``edges`` are what a prune
+    would delete now."""
 
     cutoff: float
     candidates: int
     deleted: int
     edges: int
+    dry_run: bool = False
 
     @property
     def kept(self) -> int:
@@ -310,4 +313,214 @@ class PruneResult:
             "deleted": self.deleted,
             "edges_deleted": self.edges,
             "kept": self.kept,
+            "dry_run": self.dry_run,
         }
+
+
+def job_info_json(info: JobInfo) -> dict[str, Any]:
+    """A :class:`readyq.JobInfo` as JSON (instants ISO 8601 UTC)."""
+
+    def when(value: datetime | None) -> str | None:
+        return None if value is None else iso(value.timestamp())
+
+    return {
+        "id": info.id,
+        "type": info.type,
+        "state": info.state.value,
+        "group": info.group,
+        "weight": info.weight,
+        "priority": info.priority,
+        "attempts": info.attempts,
+        "max_attempts": info.max_attempts,
+        "parent_id": info.parent_id,
+        "is_container": info.is_container,
+        "depends_on": list(info.depends_on),
+        "unique_key": info.unique_key,
+        "lease_owner": info.lease_owner,
+        "created_at": when(info.created_at),
+        "run_after": when(info.run_after),
+        "started_at": when(info.started_at),
+        "finished_at": when(info.finished_at),
+        "args": info.args,
+        "result": info.result,
+        "error": info.error,
+    }
+
+
+@dataclass(frozen=True)
+class JobPage:
+    """One page of a job listing (``Queue.jobs``).
+
+    ``jobs`` in the listing's order (newest first by default); ``next_cursor`` continues
+    it, or is None on the last page. ``filter`` is the filter's criteria as JSON;
+    ``now`` the database's clock when the page was read.
+    """
+
+    jobs: list[JobInfo]
+    next_cursor: str | None
+    order: str
+    limit: int
+    filter: dict[str, Any]
+    now: float = 0.0
+
+    def __iter__(self) -> Any:
+        return iter(self.jobs)
+
+    def __len__(self) -> int:
+        return len(self.jobs)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "jobs": [job_info_json(j) for j in self.jobs],
+            "next_cursor": self.next_cursor,
+            "order": self.order,
+            "limit": self.limit,
+            "filter": self.filter,
+            "now": iso(self.now),
+        }
+
+
+@dataclass(frozen=True)
+class BulkResult:
+    """What a retry or cancel of every job matching a filter changed (or, in a dry run,
+    would change: nothing is kept then).
+
+    ``matched``: jobs the filter selected in the states the action applies to.
+    ``changed``: jobs whose state the action changed: for a retry every job revived
+    (the matched ones and the dependents revived with them) and every container
+    reopened; for a cancel the matched jobs that it ended (``cancelled``, or
+    ``upstream_failed`` by the cancel of a matched job they depend on; dependents that
+    did not match are not counted). ``requested``: running jobs asked to stop (a
+    cancel). ``skipped``: matched jobs left as they were, with the first reasons in
+    ``reasons`` as (job id, why).
+    """
+
+    action: str
+    dry_run: bool
+    matched: int
+    changed: int
+    requested: int
+    skipped: int
+    changed_ids: list[int]
+    reasons: list[tuple[int, str]]
+    filter: dict[str, Any]
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "action": self.action,
+            "dry_run": self.dry_run,
+            "matched": self.matched,
+            "changed": self.changed,
+            "requested": self.requested,
+            "skipped": self.skipped,
+            "changed_ids": self.changed_ids,
+            "reasons": [{"id": i, "reason": r} for i, r in self.reasons],
+            "filter": self.filter,
+        }
+
+
+@dataclass(frozen=True)
+class RateUse:
+    """A rate limit's starts within its period now, of its capacity."""
+
+    name: str
+    capacity: int
+    period: float
+    used: int
+
+    def to_json(self) -> dict[str, Any]:
+        return {"name": self.name, "capacity": self.capacity, "period_seconds": self.period,
+                "used": self.used}
+
+
+@dataclass(frozen=True)
+class GroupShare:
+    """A group's slots now against its weight: ``share`` is its part of the jobs in
+    flight, ``fair`` its weight's part of the weights of every group with work (ready or
+    in flight)."""
+
+    group: str
+    weight: int
+    in_flight: int
+    ready: int
+    share: float
+    fair: float
+
+    def to_json(self) -> dict[str, Any]:
+        return {"group": self.group, "weight": self.weight, "in_flight": self.in_flight,
+                "ready": self.ready, "share": round(self.share, 4), "fair": round(self.fair, 4)}
+
+
+@dataclass(frozen=True)
+class Overview:
+    """The dashboard's overview: the status, the counts per type, the rate limits' use,
+    the groups' shares, and jobs finished and failed per time bucket.
+
+    ``series`` holds (bucket start, done, failed) over the last ``window`` seconds, read
+    from the newest ``series_rows`` jobs only (a bounded read): on a queue that finishes
+    more jobs than that within the window, its older buckets undercount.
+    """
+
+    status: Status
+    types: dict[str, dict[str, int]]
+    rates: list[RateUse]
+    shares: list[GroupShare]
+    window: float
+    bucket: float
+    series: list[tuple[float, int, int]]
+    series_rows: int
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            **self.status.to_json(),
+            "types": self.types,
+            "rate_limits": [r.to_json() for r in self.rates],
+            "group_shares": [g.to_json() for g in self.shares],
+            "series": {
+                "window_seconds": self.window,
+                "bucket_seconds": self.bucket,
+                "from_newest_jobs": self.series_rows,
+                "buckets": [
+                    {"start": iso(t), "done": d, "failed": f} for t, d, f in self.series
+                ],
+            },
+        }
+
+
+@dataclass(frozen=True)
+class HeldJob:
+    """A job a worker holds now."""
+
+    id: int
+    type: str
+    state: str
+    started_at: float | None
+    heartbeat_at: float | None
+    lease_expires: float | None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"id": self.id, "type": self.type, "state": self.state,
+                "started_at": iso(self.started_at), "heartbeat_at": iso(self.heartbeat_at),
+                "lease_expires": iso(self.lease_expires)}
+
+
+@dataclass(frozen=True)
+class WorkerReport:
+    """A worker as the jobs' rows show it: the leases it holds now and the jobs it
+    finished among the newest. ``id`` is its lease owner (``host:pid:random`` unless the
+    worker was given another id; ``host`` and ``pid`` are then None)."""
+
+    id: str
+    host: str | None
+    pid: int | None
+    held: list[HeldJob]
+    finished_recently: int
+    last_seen: float | None
+    last_seen_age: float | None
+    expired: bool
+
+    def to_json(self) -> dict[str, Any]:
+        return {"id": self.id, "host": self.host, "pid": self.pid,
+                "held": [h.to_json() for h in self.held],
+                "finished_recently": self.finished_recently, "last_seen": iso(self.last_seen),
+                "last_seen_age_seconds": round3(self.last_seen_age), "expired": self.expired}

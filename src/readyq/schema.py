@@ -58,6 +58,12 @@ LIVE_KEY_EXPRESSION = f"CASE WHEN {NOT_ENDED} THEN unique_key END"
 WAITING_TYPE_EXPRESSION = "CASE WHEN state = 'waiting' THEN type END"
 # MySQL and MariaDB: the type of a ready job, else NULL (indexed the same way).
 READY_TYPE_EXPRESSION = "CASE WHEN state = 'ready' THEN type END"
+# Jobs that ended badly: the listings of failed, cancelled and upstream_failed jobs read
+# them through an index that holds only them (migration readyq_0008).
+BAD_END = "state IN ('failed', 'cancelled', 'upstream_failed')"
+# MySQL and MariaDB: the state of a job that ended badly, else NULL (a virtual column,
+# indexed in place of the partial index).
+BAD_END_STATE_EXPRESSION = f"CASE WHEN {BAD_END} THEN state END"
 
 
 MAX_KEY_CHARS = 200
@@ -103,6 +109,11 @@ def in_flight_index_name(jobs_table: str) -> str:
 def ready_type_index_name(jobs_table: str) -> str:
     """The index of ready jobs by type; MySQL's probe of it names it (``FORCE INDEX``)."""
     return f"{jobs_table}_ready_type_ix"
+
+
+def bad_end_index_name(jobs_table: str) -> str:
+    """The index of jobs that ended badly, by state then id (the listings' order)."""
+    return f"{jobs_table}_bad_end_ix"
 
 
 def live_key_index_name(prefix: str) -> str:
@@ -358,6 +369,27 @@ def build_tables(prefix: str = DEFAULT_PREFIX, traits: TableTraits = TableTraits
             *by_type,
             postgresql_where=ready,
             sqlite_where=ready,
+        )
+
+    # Jobs that ended badly, by state and id: a page of failed jobs is one range of it,
+    # newest first, however many jobs are done (migration readyq_0008). Rows enter it only
+    # when they fail, are cancelled or end upstream_failed, so that no claim and no
+    # successful finish writes to it. MySQL and MariaDB index a virtual column again,
+    # here the state of a job that ended badly.
+    if generated:
+        bad_end_state = sa.Column(
+            "bad_end_state", sa.String(16), sa.Computed(BAD_END_STATE_EXPRESSION, persisted=False)
+        )
+        jobs.append_column(bad_end_state)
+        sa.Index(bad_end_index_name(jobs.name), bad_end_state, jobs.c.id)
+    else:
+        bad_end = sa.text(BAD_END)
+        sa.Index(
+            bad_end_index_name(jobs.name),
+            jobs.c.state,
+            jobs.c.id,
+            postgresql_where=bad_end,
+            sqlite_where=bad_end,
         )
 
     deps = sa.Table(

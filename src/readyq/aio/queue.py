@@ -25,7 +25,8 @@ from readyq.config import WorkerOptions, WorkerOptionsDict
 from readyq.engines import DEFAULT_IDLE_TRANSACTION_TIMEOUT
 from readyq.errors import ConfigurationError
 from readyq.handlers import HandlerSpec
-from readyq.model import Enqueued, GroupStats, JobInfo
+from readyq.listing import DEFAULT_LIMIT, JobFilter
+from readyq.model import Enqueued, GroupStats, JobInfo, JobState
 from readyq.payload import DEFAULT_MAX_PAYLOAD_BYTES
 from readyq.planning.backoff import DEFAULT_RETRY_BASE, DEFAULT_RETRY_MAX
 from readyq.queue import (
@@ -37,6 +38,7 @@ from readyq.queue import (
     queue_duration,
 )
 from readyq.rate_limits import RateLimit
+from readyq.reports import JobPage
 from readyq.schema import DEFAULT_PREFIX
 from readyq.worker import WorkerStats
 
@@ -290,6 +292,35 @@ class AsyncQueue:
     async def counts(self) -> dict[str, int]:
         """See :meth:`readyq.Queue.counts`."""
         return await greenlet_spawn(self._queue.counts)
+
+    async def jobs(
+        self,
+        filter: JobFilter | None = None,
+        *,
+        state: str | JobState | Iterable[str | JobState] | None = None,
+        type: str | None = None,
+        group: str | None = None,
+        parent: int | None = None,
+        created_after: datetime | timedelta | None = None,
+        created_before: datetime | timedelta | None = None,
+        started_after: datetime | timedelta | None = None,
+        started_before: datetime | timedelta | None = None,
+        finished_after: datetime | timedelta | None = None,
+        finished_before: datetime | timedelta | None = None,
+        unique_key: str | None = None,
+        id: int | Iterable[int] | None = None,
+        order: str = "newest",
+        limit: int = DEFAULT_LIMIT,
+        cursor: str | None = None,
+    ) -> JobPage:
+        """A page of the jobs that match a filter: see :meth:`readyq.Queue.jobs`."""
+        return await greenlet_spawn(
+            self._queue.jobs, filter, state=state, type=type, group=group, parent=parent,
+            created_after=created_after, created_before=created_before,
+            started_after=started_after, started_before=started_before,
+            finished_after=finished_after, finished_before=finished_before,
+            unique_key=unique_key, id=id, order=order, limit=limit, cursor=cursor,
+        )
 
     async def wait(
         self,

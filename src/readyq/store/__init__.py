@@ -36,9 +36,20 @@ from readyq.dialects import (
     dialect_from_connection,
 )
 from readyq.errors import SchemaNotFound
+from readyq.listing import JobFilter
 from readyq.model import ClaimedJob, GroupStats, JobInfo, job_log_fields
 from readyq.rate_limits import RateLimit
-from readyq.reports import Graph, JobDetail, PruneResult, RetryResult, Status
+from readyq.reports import (
+    BulkResult,
+    Graph,
+    JobDetail,
+    JobPage,
+    Overview,
+    PruneResult,
+    RetryResult,
+    Status,
+    WorkerReport,
+)
 from readyq.schema import GATE_ID, Tables, build_tables
 from readyq.store import claim as claim_unit
 from readyq.store import control, enqueue, inspection, outcomes, sweeps
@@ -79,8 +90,8 @@ StartPolicies = Mapping[str, tuple[Any, ...]]
 
 
 class _DryRun(Exception):
-    """Ends a dry run's unit so that its transaction is rolled back; carries the number
-    of jobs claimed."""
+    """Ends a dry run's unit so that its transaction is rolled back; carries what the
+    unit counted (the number of jobs claimed, a bulk action's tally)."""
 
 
 class Store:
@@ -554,6 +565,80 @@ class Store:
             cutoff=cutoff, candidates=max(candidates, deleted), deleted=deleted, edges=edges
         )
 
+    def prune_preview(self, older_than: float) -> PruneResult:
+        """What :meth:`prune` would delete now, deleting nothing (``dry_run`` set)."""
+
+        def unit(conn: Connection) -> PruneResult:
+            ctx = self.context
+            cutoff = float(conn.execute(sa.select(ctx.now)).scalar_one()) - older_than
+            candidates, jobs, edges = control.prune_preview(ctx, conn, cutoff)
+            return PruneResult(
+                cutoff=cutoff, candidates=candidates, deleted=jobs, edges=edges, dry_run=True
+            )
+
+        return self.read(unit)
+
+    def bulk(
+        self,
+        action: str,
+        flt: JobFilter,
+        *,
+        dry_run: bool,
+        extra_attempts: int = 1,
+        batch_size: int = 200,
+    ) -> BulkResult:
+        """Retry or cancel every job matching ``flt`` (narrowed to the states the action
+        applies to), ``batch_size`` jobs per transaction, oldest first. A dry run does
+        the same in one transaction and rolls it back: its counts are what the action
+        would change now, and nothing is kept."""
+        ctx = self.context
+        now = self.read(lambda conn: inspection.clock_for(ctx, conn, flt))
+        inspection.check_time_range(flt, now)
+        total = control.Tally()
+
+        def batch(conn: Connection, after: int | None) -> tuple[int | None, control.Tally]:
+            return control.bulk_batch(
+                ctx, conn, action, flt, now, after, batch_size, extra_attempts
+            )
+
+        if dry_run:
+
+            def unit(conn: Connection) -> None:
+                tally = control.Tally()
+                after: int | None = None
+                while True:
+                    after, part = batch(conn, after)
+                    tally.add(part)
+                    if after is None:
+                        raise _DryRun(tally)
+
+            try:
+                self.write(unit, what=f"{action} dry run")
+            except _DryRun as rolled_back:
+                total = rolled_back.args[0]
+        else:
+            after: int | None = None
+            while True:
+                after, part = self.write(
+                    lambda conn, a=after: batch(conn, a),  # type: ignore[misc]
+                    idempotent=False,
+                    what=action,
+                )
+                total.add(part)
+                if after is None:
+                    break
+        return BulkResult(
+            action=action,
+            dry_run=dry_run,
+            matched=total.matched,
+            changed=len(total.changed),
+            requested=total.requested,
+            skipped=total.skipped,
+            changed_ids=sorted(total.changed),
+            reasons=total.reasons,
+            filter=flt.to_json(),
+        )
+
     # -- reads --------------------------------------------------------------------------
 
     def get(self, job_id: int) -> JobInfo:
@@ -574,6 +659,31 @@ class Store:
     def job_detail(self, job_id: int) -> JobDetail:
         """Everything about one job: see :func:`readyq.store.inspection.job_detail`."""
         return self.read(lambda conn: inspection.job_detail(self.context, conn, job_id))
+
+    def jobs(self, flt: JobFilter, *, order: str, limit: int, cursor: str | None) -> JobPage:
+        """One page of a job listing: see :func:`readyq.store.inspection.list_jobs`."""
+        return self.read(
+            lambda conn: inspection.list_jobs(self.context, conn, flt, order, limit, cursor)
+        )
+
+    def overview(self, *, window: float, buckets: int) -> Overview:
+        """The dashboard's overview: see :func:`readyq.store.inspection.overview`."""
+        return self.read(
+            lambda conn: inspection.overview(
+                self.context, conn, window, buckets, inspection.RECENT_ROWS
+            )
+        )
+
+    def workers(self) -> list[WorkerReport]:
+        """The workers seen by their leases and latest finishes: see
+        :func:`readyq.store.inspection.worker_reports`."""
+        return self.read(
+            lambda conn: inspection.worker_reports(self.context, conn, inspection.RECENT_ROWS)
+        )
+
+    def graph_size(self, job_id: int, *, limit: int) -> int:
+        """How many jobs the graph around ``job_id`` holds, counted up to ``limit``."""
+        return self.read(lambda conn: inspection.graph_size(self.context, conn, job_id, limit))
 
     def graph(self, job_id: int, *, max_nodes: int) -> Graph:
         """The dependency graph around one job: see :func:`readyq.store.inspection.graph`."""

@@ -8,15 +8,18 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from readyq.errors import JobNotFound, NotRetryable
+from readyq.listing import JobFilter
 from readyq.model import BAD_ENDS, IN_FLIGHT_STATES, TERMINAL_STATES, UNFINISHED_STATES
 from readyq.reports import RetryResult
 from readyq.schema import MAX_ATTEMPTS_FROM_HANDLER
+from readyq.sql.listing import page_query
 from readyq.store.context import StoreContext
 from readyq.store.enqueue import taken_keys
 from readyq.store.graph import propagate
@@ -350,3 +353,156 @@ def prune_batch(
         edges = conn.execute(sa.delete(d).where(d.c.job_id.in_(ok))).rowcount
         jobs = conn.execute(sa.delete(j).where(j.c.id.in_(ok), old)).rowcount
     return min(ids), int(jobs or 0), int(edges or 0)
+
+
+# -- bulk actions --------------------------------------------------------------------------
+
+# How many reasons for skipped jobs a bulk action reports.
+MAX_REASONS = 20
+
+
+@dataclass
+class Tally:
+    """What one batch of a bulk action did (merged by the caller once committed)."""
+
+    matched: int = 0
+    changed: list[int] = field(default_factory=list)
+    requested: int = 0
+    skipped: int = 0
+    reasons: list[tuple[int, str]] = field(default_factory=list)
+
+    def add(self, other: Tally) -> None:
+        self.matched += other.matched
+        self.changed += other.changed
+        self.requested += other.requested
+        self.skipped += other.skipped
+        self.reasons += other.reasons[: max(0, MAX_REASONS - len(self.reasons))]
+
+    def skip(self, job_id: int, reason: str) -> None:
+        self.skipped += 1
+        if len(self.reasons) < MAX_REASONS:
+            self.reasons.append((job_id, reason))
+
+
+def bulk_batch(
+    ctx: StoreContext,
+    conn: Connection,
+    action: str,
+    flt: JobFilter,
+    now: float,
+    after_id: int | None,
+    limit: int,
+    extra: int,
+) -> tuple[int | None, Tally]:
+    """Retry (``action="retry"``) or cancel up to ``limit`` jobs matching ``flt`` above
+    ``after_id``, oldest first, one by one with the rules of :func:`retry` and
+    :func:`cancel`; a job either refuses is skipped with the reason. Returns the last id
+    looked at (None once none is left) and what the batch did."""
+    j = ctx.tables.jobs
+    tally = Tally()
+    rows = conn.execute(
+        page_query(
+            ctx.tables, flt, now, order="oldest", after_id=after_id, limit=limit,
+            columns=(j.c.id, j.c.state),
+        )
+    ).all()
+    done: set[int] = set()
+    for r in rows:
+        job_id = int(r.id)
+        tally.matched += 1
+        if job_id in done:  # revived or cancelled with a job before it in this batch
+            continue
+        if action == "retry":
+            try:
+                result = retry(ctx, conn, job_id, extra)
+            except NotRetryable as exc:
+                tally.skip(job_id, str(exc))
+                continue
+            for i in [i for i, _ in result.revived] + list(result.reopened):
+                if i not in done:
+                    done.add(i)
+                    tally.changed.append(i)
+        else:
+            if cancel(ctx, conn, job_id):
+                done.add(job_id)
+                if r.state in IN_FLIGHT_STATES:
+                    tally.requested += 1
+                else:
+                    tally.changed.append(job_id)
+            else:
+                state = conn.execute(sa.select(j.c.state).where(j.c.id == job_id)).scalar()
+                if state in ("cancelled", "upstream_failed"):
+                    # Unfinished when the batch read it: ended by the cancel of a job
+                    # before it in this batch (its container, or a job it depends on).
+                    done.add(job_id)
+                    tally.changed.append(job_id)
+                else:
+                    tally.skip(job_id, f"job {job_id} had already ended ({state})")
+    last = int(rows[-1].id) if len(rows) == limit else None
+    return last, tally
+
+
+def prune_preview(ctx: StoreContext, conn: Connection, cutoff: float) -> tuple[int, int, int]:
+    """What a prune with ``cutoff`` would delete now, deleting nothing: (jobs finished
+    before the cutoff, jobs it would delete, dependency rows it would delete).
+
+    A finished job stays when a job that stays depends on it or is inside it: the jobs
+    that stay because of a job that is not old enough are found first, then what they
+    keep in turn, until nothing more is kept (what the prune's passes arrive at).
+    """
+    j, d = ctx.tables.jobs, ctx.tables.deps
+    up, down, child = j.alias("up"), j.alias("down"), j.alias("child")
+
+    def old(t: Any) -> sa.ColumnElement[bool]:
+        return sa.and_(t.c.state.in_(TERMINAL), t.c.finished_at < cutoff)
+
+    candidates = int(conn.execute(sa.select(sa.func.count()).where(old(j))).scalar_one())
+    if not candidates:
+        return 0, 0, 0
+    kept: set[int] = set()
+    frontier = {
+        int(x)
+        for x in conn.execute(
+            sa.select(d.c.depends_on_id)
+            .select_from(
+                d.join(up, up.c.id == d.c.depends_on_id).join(down, down.c.id == d.c.job_id)
+            )
+            .where(old(up), ~old(down))
+            .union(
+                sa.select(child.c.parent_id)
+                .select_from(child.join(up, up.c.id == child.c.parent_id))
+                .where(old(up), ~old(child))
+            )
+        ).scalars()
+    }
+    while frontier:
+        kept |= frontier
+        found: set[int] = set()
+        for chunk in chunks(frontier):
+            found.update(
+                int(x)
+                for x in conn.execute(
+                    sa.select(d.c.depends_on_id)
+                    .select_from(d.join(up, up.c.id == d.c.depends_on_id))
+                    .where(d.c.job_id.in_(chunk), old(up))
+                ).scalars()
+            )
+            found.update(
+                int(x)
+                for x in conn.execute(
+                    sa.select(up.c.id)
+                    .select_from(child.join(up, up.c.id == child.c.parent_id))
+                    .where(child.c.id.in_(chunk), old(up))
+                ).scalars()
+            )
+        frontier = found - kept
+    edges = int(
+        conn.execute(
+            sa.select(sa.func.count()).select_from(d.join(j, j.c.id == d.c.job_id)).where(old(j))
+        ).scalar_one()
+    )
+    for chunk in chunks(kept):
+        edges -= int(
+            conn.execute(sa.select(sa.func.count()).where(d.c.job_id.in_(chunk))).scalar_one()
+        )
+    return candidates, candidates - len(kept), edges

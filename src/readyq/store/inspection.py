@@ -13,23 +13,31 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
-from readyq.errors import JobNotFound
+from readyq.errors import InvalidFilter, JobNotFound
+from readyq.listing import JobFilter, decode_cursor, encode_cursor
 from readyq.model import IN_FLIGHT_STATES, GroupStats, JobInfo, JobState, from_epoch
 from readyq.payload import decode
 from readyq.reports import (
     INSTANTS,
     Graph,
+    GroupShare,
+    HeldJob,
     JobDetail,
+    JobPage,
     JobRef,
     Node,
     OldestReady,
+    Overview,
+    RateUse,
     Status,
     UnclaimedType,
+    WorkerReport,
     WorkerSeen,
     ordered_states,
 )
 from readyq.schema import MAX_ATTEMPTS_FROM_HANDLER
-from readyq.sql.ready import runnable, state_in
+from readyq.sql.listing import instant, needs_clock, page_query
+from readyq.sql.ready import in_flight_by_group, runnable, state_in
 from readyq.store.context import StoreContext
 
 # IN lists are sent in chunks of this many ids (well under every database's limit).
@@ -247,6 +255,7 @@ def job_detail(ctx: StoreContext, conn: Connection, job_id: int) -> JobDetail:
         "cancel_requested": bool(m["cancel_requested"]),
         "lease_owner": m["lease_owner"],
         "lease_token": int(m["lease_token"]),
+        "unique_key": m["unique_key"],
         "parent_id": None if m["parent_id"] is None else int(m["parent_id"]),
         "args": decode(m["args"]),
         "result": decode(m["result"]),
@@ -427,3 +436,250 @@ def info_from_row(row: Any, depends_on: tuple[int, ...]) -> JobInfo:
         lease_owner=row.lease_owner,
         unique_key=row.unique_key,
     )
+
+
+# -- listings -----------------------------------------------------------------------------
+
+
+def clock_for(ctx: StoreContext, conn: Connection, flt: JobFilter) -> float:
+    """The database's clock when ``flt`` has bounds given as durations, else 0 (unread)."""
+    if not needs_clock(flt):
+        return 0.0
+    return float(conn.execute(sa.select(ctx.now)).scalar_one())
+
+
+def check_time_range(flt: JobFilter, now: float) -> None:
+    """Raise InvalidFilter for a time range that ends before it starts once the bounds
+    given as durations are resolved."""
+    for name, after, before in flt.time_bounds():
+        if after is not None and before is not None and instant(after, now) > instant(
+            before, now
+        ):
+            raise InvalidFilter(
+                f"{name.removesuffix('_at')}_after is later than its _before: no job can match"
+            )
+
+
+def list_jobs(
+    ctx: StoreContext,
+    conn: Connection,
+    flt: JobFilter,
+    order: str,
+    limit: int,
+    cursor: str | None,
+) -> JobPage:
+    """One page of the jobs matching ``flt``: see ``Queue.jobs``. A keyset read by id
+    after the cursor's id, ``limit + 1`` rows (the last one only tells whether another
+    page follows), and one read of the page's dependency edges."""
+    t = ctx.tables
+    after_id = None if cursor is None else decode_cursor(cursor, flt, order)
+    now = float(conn.execute(sa.select(ctx.now)).scalar_one())
+    check_time_range(flt, now)
+    rows = conn.execute(
+        page_query(t, flt, now, order=order, after_id=after_id, limit=limit + 1)
+    ).all()
+    more = len(rows) > limit
+    rows = rows[:limit]
+    deps: dict[int, list[int]] = defaultdict(list)
+    d = t.deps
+    for chunk in chunks(int(r.id) for r in rows):
+        for e in conn.execute(
+            sa.select(d.c.job_id, d.c.depends_on_id)
+            .where(d.c.job_id.in_(chunk))
+            .order_by(d.c.job_id, d.c.depends_on_id)
+        ):
+            deps[int(e.job_id)].append(int(e.depends_on_id))
+    jobs = [info_from_row(r, tuple(deps.get(int(r.id), ()))) for r in rows]
+    next_cursor = encode_cursor(flt, order, jobs[-1].id) if more and jobs else None
+    return JobPage(
+        jobs=jobs, next_cursor=next_cursor, order=order, limit=limit, filter=flt.to_json(),
+        now=now,
+    )
+
+
+def matching_ids(
+    ctx: StoreContext, conn: Connection, flt: JobFilter, now: float, after_id: int | None,
+    limit: int,
+) -> list[int]:
+    """The ids of up to ``limit`` jobs matching ``flt`` above ``after_id``, oldest first
+    (the bulk actions' walk)."""
+    j = ctx.tables.jobs
+    stmt = page_query(
+        ctx.tables, flt, now, order="oldest", after_id=after_id, limit=limit, columns=(j.c.id,)
+    )
+    return [int(x) for x in conn.execute(stmt).scalars()]
+
+
+# -- the dashboard's reads ------------------------------------------------------------------
+
+# The overview's chart and the workers page read the newest jobs only, this many.
+RECENT_ROWS = 20_000
+
+
+def overview(
+    ctx: StoreContext, conn: Connection, window: float, buckets: int, recent: int
+) -> Overview:
+    """The status, counts per type and state, each rate limit's starts within its
+    period, each group's share of the jobs in flight against its weight, and the jobs
+    done and failed per bucket over the last ``window`` seconds among the newest
+    ``recent`` jobs (see :class:`readyq.reports.Overview`)."""
+    t = ctx.tables
+    j = t.jobs
+    st = status(ctx, conn)
+    now = st.now
+    types: dict[str, dict[str, int]] = defaultdict(dict)
+    for r in conn.execute(
+        sa.select(j.c.type, j.c.state, sa.func.count().label("n")).group_by(j.c.type, j.c.state)
+    ):
+        types[r.type][r.state] = int(r.n)
+    rates = []
+    for r in conn.execute(sa.select(t.rate_limits).order_by(t.rate_limits.c.name)):
+        used = conn.execute(
+            sa.select(sa.func.count()).where(
+                t.rate_slots.c.name == r.name, t.rate_slots.c.started_at > now - float(r.period)
+            )
+        ).scalar_one()
+        rates.append(RateUse(r.name, int(r.capacity), float(r.period), int(used)))
+    work: dict[str, list[int]] = {}  # group -> [weight, in flight, ready]
+    for r in conn.execute(in_flight_by_group(t, *IN_FLIGHT_STATES)):
+        work[r.group_key] = [int(r.w), int(r.n), 0]
+    for r in conn.execute(
+        sa.select(j.c.group_key, sa.func.count().label("n"), sa.func.max(j.c.weight).label("w"))
+        .where(state_in(t, "ready"))
+        .group_by(j.c.group_key)
+    ):
+        w, n, _ = work.get(r.group_key, [0, 0, 0])
+        work[r.group_key] = [max(w, int(r.w)), n, int(r.n)]
+    flying = sum(v[1] for v in work.values())
+    weights = sum(v[0] for v in work.values())
+    shares = [
+        GroupShare(g, w, n, ready, n / flying if flying else 0.0, w / weights if weights else 0.0)
+        for g, (w, n, ready) in sorted(work.items())
+    ]
+    step = window / buckets
+    start = now - window
+    newest = (
+        sa.select(j.c.state, j.c.finished_at).order_by(j.c.id.desc()).limit(recent).subquery()
+    )
+    done = [0] * buckets
+    failed = [0] * buckets
+    for r in conn.execute(
+        sa.select(newest.c.state, newest.c.finished_at).where(
+            newest.c.finished_at >= start, newest.c.state.in_(("done", "failed"))
+        )
+    ):
+        i = min(buckets - 1, int((float(r.finished_at) - start) // step))
+        (done if r.state == "done" else failed)[i] += 1
+    series = [(start + i * step, done[i], failed[i]) for i in range(buckets)]
+    ordered = {k: ordered_states(v) for k, v in sorted(types.items())}
+    return Overview(
+        status=st, types=ordered, rates=rates, shares=shares, window=window, bucket=step,
+        series=series, series_rows=recent,
+    )
+
+
+def worker_reports(ctx: StoreContext, conn: Connection, recent: int) -> list[WorkerReport]:
+    """Every worker that holds a lease now or finished one of the newest ``recent``
+    jobs, with the jobs it holds and when it was last seen (its latest heartbeat or
+    finish), newest first."""
+    j = ctx.tables.jobs
+    now = float(conn.execute(sa.select(ctx.now)).scalar_one())
+    held: dict[str, list[HeldJob]] = defaultdict(list)
+    expires: dict[str, float] = {}
+    seen: dict[str, float] = {}
+    for r in conn.execute(
+        sa.select(
+            j.c.id, j.c.type, j.c.state, j.c.lease_owner, j.c.started_at, j.c.heartbeat_at,
+            j.c.lease_expires,
+        )
+        .where(state_in(ctx.tables, *IN_FLIGHT_STATES), j.c.lease_owner.is_not(None))
+        .order_by(j.c.id)
+    ):
+        owner = r.lease_owner
+        job = HeldJob(
+            int(r.id), r.type, r.state, _float(r.started_at), _float(r.heartbeat_at),
+            _float(r.lease_expires),
+        )
+        held[owner].append(job)
+        if job.lease_expires is not None:
+            expires[owner] = max(expires.get(owner, 0.0), job.lease_expires)
+        last = job.heartbeat_at or job.started_at
+        if last is not None:
+            seen[owner] = max(seen.get(owner, 0.0), last)
+    newest = (
+        sa.select(j.c.lease_owner, j.c.finished_at, j.c.state)
+        .order_by(j.c.id.desc())
+        .limit(recent)
+        .subquery()
+    )
+    finished: dict[str, int] = {}
+    for r in conn.execute(
+        sa.select(
+            newest.c.lease_owner, sa.func.count().label("n"),
+            sa.func.max(newest.c.finished_at).label("last"),
+        )
+        .where(newest.c.lease_owner.is_not(None), newest.c.finished_at.is_not(None))
+        .group_by(newest.c.lease_owner)
+    ):
+        finished[r.lease_owner] = int(r.n)
+        seen[r.lease_owner] = max(seen.get(r.lease_owner, 0.0), float(r.last))
+    out = []
+    for owner in set(held) | set(finished):
+        host, pid = _owner_parts(owner)
+        last = seen.get(owner)
+        out.append(
+            WorkerReport(
+                id=owner, host=host, pid=pid, held=held.get(owner, []),
+                finished_recently=finished.get(owner, 0), last_seen=last,
+                last_seen_age=None if last is None else max(0.0, now - last),
+                expired=owner in expires and expires[owner] < now,
+            )
+        )
+    out.sort(key=lambda w: (-(w.last_seen or 0.0), w.id))
+    return out
+
+
+def _float(value: Any) -> float | None:
+    return None if value is None else float(value)
+
+
+def _owner_parts(owner: str) -> tuple[str | None, int | None]:
+    """(host, pid) of a lease owner ``host:pid:random``, else (None, None)."""
+    host, _, rest = owner.rpartition(":")
+    host, _, pid = host.rpartition(":")
+    if host and pid.isdigit() and rest:
+        return host, int(pid)
+    return None, None
+
+
+def graph_size(ctx: StoreContext, conn: Connection, job_id: int, limit: int) -> int:
+    """How many jobs :func:`graph` would show around ``job_id`` without a cap, counted
+    up to ``limit``: the same walks (dependencies and children upstream, dependents and
+    containers downstream), over ids only."""
+    j, d = ctx.tables.jobs, ctx.tables.deps
+
+    def walk(step: list[sa.Select[Any]]) -> set[int]:
+        seen = {job_id}
+        frontier = [job_id]
+        while frontier and len(seen) < limit:
+            found: set[int] = set()
+            for chunk in chunks(frontier):
+                for build in step:
+                    found.update(
+                        int(x) for x in conn.execute(build, {"ids": chunk}).scalars()
+                        if x is not None
+                    )
+            frontier = sorted(found - seen)[: max(0, limit - len(seen))]
+            seen.update(frontier)
+        return seen
+
+    ids: sa.BindParameter[Any] = sa.bindparam("ids", expanding=True)
+    up = walk([
+        sa.select(d.c.depends_on_id).where(d.c.job_id.in_(ids)),
+        sa.select(j.c.id).where(j.c.parent_id.in_(ids)),
+    ])
+    down = walk([
+        sa.select(d.c.job_id).where(d.c.depends_on_id.in_(ids)),
+        sa.select(j.c.parent_id).where(j.c.id.in_(ids)),
+    ])
+    return min(limit, len(up | down))
