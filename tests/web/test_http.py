@@ -363,3 +363,15 @@ def test_an_async_queue_s_dashboard(db: str) -> None:
         runner.run(scenario())
     finally:
         runner.close()
+
+
+def test_the_overview_names_the_types_no_worker_seems_to_run(
+    client: TestClient, queue: readyq.Queue
+) -> None:
+    queue.enqueue(HOSTILE)
+    assert 'id="unclaimed-types"' not in client.get("/").text  # not waited a minute yet
+    queue.store.clock_offset = 120
+    page = client.get("/").text
+    assert 'id="unclaimed-types"' in page and "No worker seems to run job type" in page
+    assert "<script>alert" not in page  # the type, user data, escaped
+    assert_secure(client.get("/"))
