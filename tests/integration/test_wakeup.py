@@ -178,8 +178,8 @@ def test_a_rolled_back_enqueue_wakes_nobody_and_never_runs(
     assert h.worker.stats.ticks == ticks, "a rolled-back NOTIFY is never delivered"
     assert h.call(h.q.counts) == {}
     _, t0 = h.enqueue(2)
-    started = h.wait_started(2, 3.0)
-    assert started is not None and started - t0 < 0.5
+    started = h.wait_started(2, 4.0)
+    assert started is not None and started - t0 < 2.5  # half the 5 s poll: a notification
     assert 1 not in h.started
 
 
@@ -214,7 +214,7 @@ def test_a_dependent_made_ready_wakes_an_idle_worker_and_a_partial_release_does_
     assert h.worker.stats.ticks == ticks, "no job became ready, so no NOTIFY"
     t0 = finish(second)
     started = h.wait_started(1, 3.0)
-    assert started is not None and started - t0 < 0.5, "woken by NOTIFY, not the 30 s poll"
+    assert started is not None and started - t0 < 2.5, "woken by NOTIFY, not the 30 s poll"
 
 
 @pytest.mark.parametrize("mode", ["sync", "async"])
@@ -222,7 +222,7 @@ def test_a_killed_listener_falls_back_to_polling_and_comes_back(
     harness: Any, db: str, dialect_name: str, mode: str
 ) -> None:
     _pg_only(dialect_name)
-    h = harness(mode, 0.3)
+    h = harness(mode, 1.5)
     listener = h.listener()
     assert listener is not None
     old_pid = listener.pid
@@ -240,7 +240,7 @@ def test_a_killed_listener_falls_back_to_polling_and_comes_back(
         h.settle()
         _, t0 = h.enqueue(2)
         started = h.wait_started(2, 3.0)
-        assert started is not None and started - t0 < 0.25, "listening again"
+        assert started is not None and started - t0 < 0.75, "listening again"  # half a poll
     finally:
         admin.dispose()
 
