@@ -20,6 +20,8 @@ from readyq.errors import (
     InvalidJobResult,
     InvalidParent,
     InvalidRateLimit,
+    InvalidResource,
+    InvalidResourceUse,
     InvalidTablePrefix,
     InvalidUniqueKey,
     InvalidWeight,
@@ -31,13 +33,15 @@ from readyq.errors import (
     ReadyqError,
     SchemaNotFound,
     UnknownJobType,
+    UnknownResource,
     UnsupportedDatabase,
 )
 from readyq.listing import JobFilter
-from readyq.model import Enqueued, Job, JobInfo, JobState
+from readyq.model import Enqueued, Job, JobInfo, JobState, ResourceStats
 from readyq.queue import JobSpec, Queue
 from readyq.rate_limits import RateLimit
 from readyq.reports import BulkResult, JobPage
+from readyq.resources import Resource
 from readyq.worker import Worker, WorkerStats
 
 __version__ = "0.1.0"
@@ -66,6 +70,8 @@ __all__ = [
     "InvalidJobResult",
     "InvalidParent",
     "InvalidRateLimit",
+    "InvalidResource",
+    "InvalidResourceUse",
     "InvalidTablePrefix",
     "InvalidUniqueKey",
     "InvalidWeight",
@@ -83,8 +89,11 @@ __all__ = [
     "QueueClosed",
     "RateLimit",
     "ReadyqError",
+    "Resource",
+    "ResourceStats",
     "SchemaNotFound",
     "UnknownJobType",
+    "UnknownResource",
     "UnsupportedDatabase",
     "Worker",
     "WorkerOptions",

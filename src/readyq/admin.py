@@ -10,6 +10,7 @@ checks of the operator's arguments and the graph's text formats.
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import math
 import re
@@ -48,6 +49,7 @@ from readyq.reports import (
     Status,
     WorkerSeen,
     iso,
+    resource_waits,
 )
 from readyq.schema import DEFAULT_PREFIX, validate_prefix
 from readyq.store.enqueue import is_live_key_conflict
@@ -269,13 +271,27 @@ def status(queue: Queue, *, unclaimed_after: float = 60.0) -> Status:
     ``unclaimed_after`` seconds while none of the type is in flight."""
     if not math.isfinite(unclaimed_after) or unclaimed_after < 0:
         raise ValueError(f"unclaimed_after must be a finite number >= 0, not {unclaimed_after!r}")
-    return queue.store.status(unclaimed_after=unclaimed_after)
+    st = queue.store.status(unclaimed_after=unclaimed_after)
+    return dataclasses.replace(st, resources=list(queue.resource_stats().values()))
 
 
 def show(queue: Queue, job_id: int) -> JobDetail:
     """The job's fields, its dependencies with their states, its dependents, its parent
-    and (for a container) its children per state. Raises JobNotFound."""
-    return queue.store.job_detail(job_id)
+    and (for a container) its children per state; for a ready job that takes resources,
+    the resources it waits for. Raises JobNotFound."""
+    detail = queue.store.job_detail(job_id)
+    f = detail.fields
+    if f["state"] != "ready" or f["is_container"]:
+        return detail
+    uses = f["uses"]
+    if uses is None:
+        spec = queue.handlers.get(f["type"])
+        uses = dict(spec.uses) if spec is not None else {}
+    if not uses:
+        return detail
+    stats = queue.resource_stats()
+    reserved = queue.store.is_reserved(job_id)
+    return dataclasses.replace(detail, waits_for=resource_waits(uses, stats, reserved))
 
 
 def dag(queue: Queue, job_id: int, *, max_nodes: int = 200) -> Graph:

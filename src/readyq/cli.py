@@ -199,6 +199,15 @@ def _parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--max-attempts", type=int, default=None, help="attempts before failing")
     p.add_argument(
+        "--uses",
+        nargs="+",
+        action="extend",
+        default=None,
+        metavar="NAME=UNITS",
+        help="units of resources the job holds while it runs, such as gpu=2 (default: its "
+        "handler's)",
+    )
+    p.add_argument(
         "--timeout", type=float, default=None, metavar="SECONDS", help="per-attempt timeout"
     )
     p.add_argument(
@@ -789,6 +798,7 @@ def cmd_enqueue(args: argparse.Namespace) -> int:
                 ("--max-attempts", args.max_attempts),
                 ("--timeout", args.timeout),
                 ("--unique-key", args.unique_key),
+                ("--uses", args.uses),
             )
             if value is not None
         ]
@@ -837,6 +847,7 @@ def cmd_enqueue(args: argparse.Namespace) -> int:
                 "run_after": run_after,
                 "max_attempts": args.max_attempts,
                 "timeout": args.timeout,
+                "uses": None if args.uses is None else _uses(args.uses),
             }
             if args.unique_key is not None:
                 job_id, created = queue.enqueue_unique(
@@ -855,6 +866,12 @@ def cmd_enqueue(args: argparse.Namespace) -> int:
         if owned:
             queue.close()
     return 0
+
+
+def _uses(items: list[str]) -> dict[str, int]:
+    from readyq.resources import parse_cli_uses
+
+    return parse_cli_uses(items)
 
 
 def _load_app(spec: str) -> Any:
@@ -1031,6 +1048,31 @@ def render_status(st: Any, database: str, prefix: str, *, max_rows: int | None =
         parts.append(workers)
     else:
         parts.append(_text("workers holding leases: none"))
+    if st.resources:
+        res = Table(title="Resources", title_justify="left")
+        for col in ("resource", "capacity", "in use", "waiting jobs", "units wanted",
+                    "largest", "reserved"):
+            res.add_column(col, justify="left" if col == "resource" else "right")
+        for r in st.resources:
+            cap = "unknown" if r.capacity is None else str(r.capacity)
+            full = r.capacity is not None and r.in_use >= r.capacity
+            res.add_row(
+                _text(r.name), _text(cap), _text(r.in_use, "bold" if full else ""),
+                _text(r.waiting or ""), _text(r.wanted or ""), _text(r.largest or ""),
+                _text(r.reserved or ""),
+            )
+        parts.append(res)
+        for r in st.resources:
+            if r.waiting and (r.capacity is None or r.in_use + 1 > r.capacity):
+                parts.append(
+                    _text(
+                        f"{r.waiting} runnable jobs wait for resource {r.name!r}: "
+                        + ("no worker has recorded its capacity yet (start a worker "
+                           "that defines it)" if r.capacity is None
+                           else f"{r.in_use} of {r.capacity} units in use"),
+                        "yellow",
+                    )
+                )
     for u in st.unclaimed_types:
         parts.append(
             _text(
@@ -1116,6 +1158,17 @@ def cmd_show(args: argparse.Namespace) -> int:
         table.add_row("heartbeat", _text(_when(f["heartbeat_at"], now)))
         if f["cancel_requested"]:
             table.add_row("cancel", _text("requested", "bold red"))
+    if not f["is_container"]:
+        uses = f["uses"]
+        table.add_row(
+            "uses",
+            _text(
+                "the handler's, if any" if uses is None
+                else ", ".join(f"{k}={v}" for k, v in sorted(uses.items())) + " (given at enqueue)"
+            ),
+        )
+    for line in detail.waits_for:
+        table.add_row("waits for", _text(line, "yellow"))
     table.add_row("args", _text(_short_json(f["args"])))
     if f["result"] is not None:
         table.add_row("result", _text(_short_json(f["result"])))

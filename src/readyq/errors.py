@@ -29,6 +29,11 @@ class InvalidRateLimit(ConfigurationError):
     defined."""
 
 
+class InvalidResource(ConfigurationError):
+    """A resource defined with a bad name or capacity, or defined twice with different
+    capacities."""
+
+
 class UnsupportedDatabase(ConfigurationError):
     """The database or its server version cannot run readyq safely.
 
@@ -95,6 +100,15 @@ class InvalidJobResult(ReadyqError, ValueError):
     Raised by the worker after the handler returns: the attempt fails (and may be
     retried) with this error, and the result is not stored.
     """
+
+
+class InvalidResourceUse(InvalidJobOption):
+    """A job's (or handler's) ``uses`` is not a mapping of resource names to positive
+    ints, or asks for more of a resource than its fixed capacity."""
+
+
+class UnknownResource(InvalidResourceUse):
+    """``uses`` names a resource that neither this queue nor any worker defined."""
 
 
 class InvalidUniqueKey(InvalidJobOption):

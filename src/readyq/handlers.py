@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import inspect
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -29,6 +29,9 @@ class HandlerSpec:
     # "cooperative" (the handler sees job.cancelled) or "terminate" (a running isolated
     # job's child is killed).
     on_cancel: str = "cooperative"
+    # Units of named resources each job of the type takes in flight, unless the job
+    # was enqueued with its own (see readyq.resources).
+    uses: Mapping[str, int] = field(default_factory=dict)
     is_async: bool = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:

@@ -132,6 +132,35 @@ class GroupStats:
     ready: int
     in_flight: int
     oldest_ready_age: float | None
+    uses: dict[str, int] = field(default_factory=dict)
+    """Units of each named resource the group's jobs in flight hold."""
+
+
+@dataclass(frozen=True)
+class ResourceStats:
+    """One named resource, read with the database's clock.
+
+    Attributes:
+        name: the resource.
+        capacity: its capacity as a worker's claim last saw it (None if no worker has
+            claimed with it defined yet).
+        seen_age: seconds since a claim last recorded that capacity (None likewise).
+        in_use: units held by the jobs in flight, on every worker.
+        waiting: runnable jobs that use it (counted up to 10,000).
+        wanted: units those jobs ask for, in all.
+        largest: the most units one of them asks for.
+        reserved: jobs whose units are held for them because they were next in
+            fair-share order and did not fit.
+    """
+
+    name: str
+    capacity: int | None
+    seen_age: float | None
+    in_use: int
+    waiting: int
+    wanted: int
+    largest: int
+    reserved: int
 
 
 class ClaimedJob(NamedTuple):

@@ -16,8 +16,9 @@ Metrics (``type``: the job type, ``state``: done, retried, failed or cancelled):
 - ``readyq_claim_seconds``: claim transaction latency (histogram);
 - ``readyq_job_duration_seconds{type}``: how long handlers ran (histogram, up to a day);
 - ``readyq_queue_age_seconds{group}``, ``readyq_ready_jobs{group}``,
-  ``readyq_in_flight{group}``: gauges read from the database at scrape time (across all
-  workers), with :meth:`readyq.Queue.group_stats`.
+  ``readyq_in_flight{group}``, ``readyq_resource_in_use{group,resource}`` (units of a
+  named resource held by the group's jobs in flight): gauges read from the database at
+  scrape time (across all workers), with :meth:`readyq.Queue.group_stats`.
 
 prometheus_client is imported when a PrometheusMetrics is made, never by ``import readyq``.
 """
@@ -191,7 +192,7 @@ class _GroupCollector:
         self._families = GaugeMetricFamily
         self._read = read
 
-    def _empty(self) -> tuple[Any, Any, Any]:
+    def _empty(self) -> tuple[Any, Any, Any, Any]:
         gauge = self._families
         return (
             gauge(
@@ -201,6 +202,11 @@ class _GroupCollector:
             ),
             gauge("readyq_ready_jobs", "Jobs of the group claimable now.", labels=["group"]),
             gauge("readyq_in_flight", "Jobs of the group leased or running.", labels=["group"]),
+            gauge(
+                "readyq_resource_in_use",
+                "Units of a named resource held by the group's jobs in flight.",
+                labels=["group", "resource"],
+            ),
         )
 
     def describe(self) -> Iterator[Any]:
@@ -208,7 +214,7 @@ class _GroupCollector:
         yield from self._empty()
 
     def collect(self) -> Iterator[Any]:
-        age, ready, flight = self._empty()
+        age, ready, flight, uses = self._empty()
         try:
             stats = self._read()
         except Exception as exc:
@@ -220,6 +226,9 @@ class _GroupCollector:
                 age.add_metric([key], st.oldest_ready_age)
             ready.add_metric([key], st.ready)
             flight.add_metric([key], st.in_flight)
+            for name, units in st.uses.items():
+                uses.add_metric([key, name], units)
         yield age
         yield ready
         yield flight
+        yield uses

@@ -6,7 +6,7 @@ import math
 import numbers
 import time
 from collections import Counter
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, NamedTuple, TypeVar
@@ -24,6 +24,8 @@ from readyq.errors import (
     InvalidJobOption,
     InvalidParent,
     InvalidRateLimit,
+    InvalidResource,
+    InvalidResourceUse,
     InvalidUniqueKey,
     InvalidWeight,
     QueueClosed,
@@ -33,12 +35,15 @@ from readyq.handlers import HandlerRegistry, HandlerSpec
 from readyq.isolation import ISOLATIONS, check_importable
 from readyq.listing import DEFAULT_LIMIT, JobFilter, check_limit, check_order, filter_of
 from readyq.metrics import Observers
-from readyq.model import Enqueued, GroupStats, JobInfo, JobState
+from readyq.model import Enqueued, GroupStats, JobInfo, JobState, ResourceStats
 from readyq.payload import DEFAULT_MAX_PAYLOAD_BYTES, encode
 from readyq.planning.backoff import DEFAULT_RETRY_BASE, DEFAULT_RETRY_MAX
+from readyq.planning.caps import Limits
 from readyq.planning.dag import insertion_order
 from readyq.rate_limits import RateLimit
 from readyq.reports import JobPage
+from readyq.resources import Resource, check_uses, define
+from readyq.resources import encode as encode_uses
 from readyq.schema import (
     DEFAULT_PREFIX,
     MAX_ATTEMPTS_FROM_HANDLER,
@@ -82,6 +87,7 @@ class JobSpec:
     timeout: float | timedelta | None = None
     container: bool = False
     unique_key: str | None = None
+    uses: Mapping[str, int] | None = None
 
 
 def _seconds(
@@ -225,6 +231,7 @@ class Queue:
         self._handlers = HandlerRegistry()
         self._observers = Observers(observers)
         self._rate_limits: dict[str, RateLimit] = {}
+        self._resources: dict[str, Resource] = {}
         self._closed = False
 
     # -- set-up ---------------------------------------------------------------------------
@@ -313,6 +320,7 @@ class Queue:
         rate_limit: str | RateLimit | None = None,
         isolation: str | None = None,
         on_cancel: str = "cooperative",
+        uses: Mapping[str, int] | None = None,
     ) -> Callable[[F], F]:
         """Register the function that runs jobs of ``type``.
 
@@ -340,6 +348,9 @@ class Queue:
             on_cancel: ``"cooperative"`` (the handler sees ``job.cancelled`` at the next
                 heartbeat) or ``"terminate"`` (a running job in a child process is
                 killed at once and ends cancelled).
+            uses: units of resources defined with :meth:`resource` that each job of
+                the type holds while in flight, such as ``{"gpu": 2}``; a job enqueued
+                with its own ``uses`` takes those instead.
 
         The handler gets a :class:`readyq.Job` and returns a JSON-serialisable result
         (or a pydantic model, stored as its JSON dump). It may be ``async def``; it then
@@ -373,6 +384,9 @@ class Queue:
             raise ConfigurationError(
                 f"on_cancel must be 'cooperative' or 'terminate', not {on_cancel!r}"
             )
+        costs = {} if uses is None else check_uses(
+            uses, self._resources, what=f"handler {type!r}: uses"
+        )
 
         def register(fn: F) -> F:
             if isolation == "process":
@@ -390,6 +404,7 @@ class Queue:
                 rate_limit=limit_name,
                 isolation=isolation,
                 on_cancel=on_cancel,
+                uses=costs,
             ))
             return fn
 
@@ -437,6 +452,64 @@ class Queue:
         """The rate limits defined on this queue, by name."""
         return dict(self._rate_limits)
 
+    def resource(self, name: str, *, capacity: Limits) -> Resource:
+        """Define a resource: a capacity that jobs take units of while in flight.
+
+        ``capacity`` is an int, a callable re-read at every tick (``lambda:
+        free_gpus()``), or a list of them, whose minimum counts, like a worker's
+        ``concurrency``. Handlers and jobs say what they take with ``uses={"gpu": 2}``.
+        Across every worker process and host on the database, the jobs in flight never
+        hold more of a resource than its capacity: each claim sums what they hold from
+        the database, under the lock that orders the claims. A capacity that shrinks
+        below what is in use starts nothing that uses the resource until use is back
+        under it; nothing is stopped. Every worker that runs jobs using the resource
+        must define it (a worker leaves jobs that use resources it does not know to
+        the workers that do).
+
+        Raises:
+            InvalidResource: a bad name (the rules of group keys) or capacity, or
+                ``name`` already defined on this queue with another capacity.
+
+        Example::
+
+            queue.resource("gpu", capacity=4)
+
+            @queue.handler("train", uses={"gpu": 2})
+            def train(job): ...
+        """
+        resource = define(name, capacity)
+        known = self._resources.get(resource.name)
+        if known is not None and known != resource:
+            raise InvalidResource(f"resource {name!r} is already defined on this queue")
+        self._resources[resource.name] = resource
+        return resource
+
+    @property
+    def resources(self) -> dict[str, Resource]:
+        """The resources defined on this queue, by name."""
+        return dict(self._resources)
+
+    def resource_stats(self) -> dict[str, ResourceStats]:
+        """Per resource: its capacity as workers last saw it, the units in flight, the
+        runnable jobs that use it and what they ask for, and the largest cost among
+        them. Resources defined on this queue or seen by a worker's claim are listed."""
+        self.check_open()
+        handler_uses = {k: dict(v.uses) for k, v in self._handlers.snapshot().items() if v.uses}
+        return self.store.resource_stats(sorted(self._resources), handler_uses)
+
+    def _check_uses(self, uses: Any, what: str = "uses") -> str | None:
+        """Checked costs in their stored form (None for none)."""
+        if uses is None:
+            return None
+        if isinstance(uses, Mapping):
+            unknown = [n for n in uses if isinstance(n, str) and n not in self._resources]
+        else:
+            unknown = []
+        known = self.store.known_resources() if unknown else {}
+        return encode_uses(
+            check_uses(uses, self._resources, what=what, known=sorted(known))
+        )
+
     # -- enqueue ------------------------------------------------------------------------------
 
     def _build(
@@ -454,12 +527,16 @@ class Queue:
         timeout: float | timedelta | None,
         is_container: bool,
         unique_key: str | None = None,
+        uses: Mapping[str, int] | None = None,
     ) -> NewJob:
         self.check_open()
         options = self._options(
             type, group, weight, priority, max_attempts, timeout, is_container
         )
-        return self._new_job(options, args, depends_on, parent, run_after, unique_key)
+        if uses is not None and is_container:
+            raise InvalidResourceUse("a container never runs: it takes no resources")
+        job = self._new_job(options, args, depends_on, parent, run_after, unique_key)
+        return job if uses is None else job._replace(uses=self._check_uses(uses))
 
     def _options(
         self,
@@ -580,6 +657,7 @@ class Queue:
         max_attempts: int | None = None,
         timeout: float | timedelta | None = None,
         unique_key: str | None = None,
+        uses: Mapping[str, int] | None = None,
         connection: Connection | Session | None = None,
     ) -> int:
         """Add a job and return its id.
@@ -605,6 +683,8 @@ class Queue:
                 done, failed, cancelled or upstream_failed, the key is free again. Keys
                 are global to the queue, whatever the type. :meth:`enqueue_unique` also
                 tells whether the job is new.
+            uses: units of resources (see :meth:`resource`) the job holds while in
+                flight, such as ``{"gpu": 2}``; without it, its handler's ``uses``.
             connection: enqueue inside the caller's transaction (a Connection or a
                 Session); readyq neither commits nor rolls it back.
 
@@ -614,7 +694,7 @@ class Queue:
         job = self._build(
             type, args, group=group, weight=weight, priority=priority, depends_on=depends_on,
             parent=parent, run_after=run_after, max_attempts=max_attempts, timeout=timeout,
-            is_container=False, unique_key=unique_key,
+            is_container=False, unique_key=unique_key, uses=uses,
         )
         job_id = self.store.enqueue(job, connection=self._connection(connection))
         if self._observers:
@@ -635,6 +715,7 @@ class Queue:
         run_after: datetime | timedelta | float | None = None,
         max_attempts: int | None = None,
         timeout: float | timedelta | None = None,
+        uses: Mapping[str, int] | None = None,
         connection: Connection | Session | None = None,
     ) -> Enqueued:
         """Add a job unless one holding ``unique_key`` has not ended; say which happened.
@@ -653,6 +734,7 @@ class Queue:
             type, args, group=group, weight=weight, priority=priority, depends_on=depends_on,
             parent=parent, run_after=run_after, max_attempts=max_attempts, timeout=timeout,
             is_container=False, unique_key=_key(unique_key, "unique_key", InvalidUniqueKey),
+            uses=uses,
         )
         return Enqueued(*self.store.enqueue_unique(job, connection=self._connection(connection)))
 
@@ -794,12 +876,17 @@ class Queue:
                 )
                 if hashable and len(checked) < 1024:
                     checked[key] = options
-            built.append(
-                self._new_job(
-                    options, spec.args, outer_deps, outer_parent,
-                    None if container else spec.run_after, spec.unique_key,
-                )
+            job = self._new_job(
+                options, spec.args, outer_deps, outer_parent,
+                None if container else spec.run_after, spec.unique_key,
             )
+            if spec.uses is not None:
+                if container:
+                    raise InvalidResourceUse(
+                        f"job #{pos} is a container, which never runs: it takes no resources"
+                    )
+                job = job._replace(uses=self._check_uses(spec.uses, f"job #{pos}: uses"))
+            built.append(job)
         if backward:
             # Already in an order that inserts every job after those it refers to.
             batch = [
@@ -946,6 +1033,7 @@ class Queue:
             max_payload_bytes=self.max_payload_bytes,
             listen=self.listen,
             default_max_attempts=self.default_max_attempts,
+            resources=self._resources,
         )
 
     def run_worker(

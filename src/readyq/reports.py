@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
 
-from readyq.model import IN_FLIGHT_STATES, JobInfo, JobState
+from readyq.model import IN_FLIGHT_STATES, JobInfo, JobState, ResourceStats
 
 STATE_ORDER = tuple(s.value for s in JobState)
 
@@ -106,6 +106,7 @@ class Status:
     oldest_ready: OldestReady | None
     workers: list[WorkerSeen]
     unclaimed_types: list[UnclaimedType] = field(default_factory=list)
+    resources: list[ResourceStats] = field(default_factory=list)
 
     @property
     def total(self) -> int:
@@ -123,7 +124,34 @@ class Status:
             "oldest_ready": None if self.oldest_ready is None else self.oldest_ready.to_json(),
             "workers": [w.to_json() for w in self.workers],
             "unclaimed_types": [u.to_json() for u in self.unclaimed_types],
+            "resources": [resource_json(r) for r in self.resources],
         }
+
+
+def resource_json(r: ResourceStats) -> dict[str, Any]:
+    """One resource's figures as JSON."""
+    return {
+        "name": r.name, "capacity": r.capacity, "seen_age": r.seen_age, "in_use": r.in_use,
+        "waiting": r.waiting, "wanted": r.wanted, "largest": r.largest, "reserved": r.reserved,
+    }
+
+
+def resource_waits(
+    uses: dict[str, int], stats: dict[str, ResourceStats], reserved: bool
+) -> list[str]:
+    """Why a ready job that takes ``uses`` cannot start now, one line per resource that
+    holds it back (none when it fits)."""
+    out: list[str] = []
+    for name, units in sorted(uses.items()):
+        r = stats.get(name)
+        if r is None or r.capacity is None:
+            out.append(f"{name}: needs {units}; no worker has recorded its capacity yet")
+        elif r.in_use + units > r.capacity:
+            out.append(
+                f"{name}: needs {units}, {r.in_use} of {r.capacity} in use"
+                + (" (its units are reserved for it as they free up)" if reserved else "")
+            )
+    return out
 
 
 @dataclass(frozen=True)
@@ -166,6 +194,8 @@ class JobDetail:
     parent: JobRef | None
     children: dict[str, int]
     now: float
+    # For a ready job that takes resources: what holds it back, per resource.
+    waits_for: list[str] = field(default_factory=list)
 
     @property
     def id(self) -> int:
@@ -180,6 +210,7 @@ class JobDetail:
         out["parent"] = None if self.parent is None else self.parent.to_json()
         if self.fields["is_container"]:
             out["children"] = self.children
+        out["waits_for"] = self.waits_for
         return out
 
 

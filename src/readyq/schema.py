@@ -67,6 +67,11 @@ BAD_END_STATE_EXPRESSION = f"CASE WHEN {BAD_END} THEN state END"
 
 
 MAX_KEY_CHARS = 200
+# A job's resource costs as canonical JSON (readyq.resources bounds its length).
+MAX_USES_CHARS = 1000
+Uses = sa.String(MAX_USES_CHARS).with_variant(
+    mysql.VARCHAR(MAX_USES_CHARS, charset="utf8mb4", collation="utf8mb4_bin"), "mysql", "mariadb"
+)
 
 
 def key_problem(value: object, *, remember: bool = False) -> str | None:
@@ -164,6 +169,7 @@ FALLBACK_MAX_ATTEMPTS = 3
 BULK_COLUMNS = (
     "type", "args", "state", "error", "is_container", "parent_id", "group_key", "weight",
     "priority", "max_attempts", "timeout", "pending_deps", "open_children", "unique_key",
+    "uses",
 )
 BULK_CONSTANTS: dict[str, object] = {
     "attempts": 0,
@@ -218,6 +224,8 @@ class Tables:
     gate: sa.Table
     rate_limits: sa.Table
     rate_slots: sa.Table
+    resources: sa.Table
+    reservations: sa.Table
     traits: TableTraits = TableTraits()
 
     @property
@@ -391,6 +399,10 @@ def build_tables(prefix: str = DEFAULT_PREFIX, traits: TableTraits = TableTraits
             postgresql_where=bad_end,
             sqlite_where=bad_end,
         )
+    # What the job takes of named resources while it runs, as canonical JSON ({"gpu":
+    # 2}); NULL: what its handler declares, written here when it is claimed
+    # (readyq.resources). Last, where migration readyq_0009 adds it.
+    jobs.append_column(sa.Column("uses", Uses, nullable=True))
 
     deps = sa.Table(
         f"{prefix}job_deps",
@@ -446,6 +458,28 @@ def build_tables(prefix: str = DEFAULT_PREFIX, traits: TableTraits = TableTraits
         sa.Column("started_at", Instant, nullable=False),
     )
     sa.Index(None, rate_slots.c.name, rate_slots.c.started_at)
+    # Named resources as the claims last saw them: each one's capacity (which workers
+    # evaluate, as they do the concurrency cap) and the database instant it was seen. What
+    # is in use is never stored: the claim sums it from the jobs in flight.
+    resources = sa.Table(
+        f"{prefix}resources",
+        md,
+        sa.Column("name", Key, primary_key=True),
+        sa.Column("capacity", sa.Integer, nullable=False),
+        sa.Column("seen_at", Instant, nullable=False),
+    )
+    # Jobs that were next in fair-share order but did not fit: the units they wait for
+    # are held for them, in the order of ``seq``, so that smaller jobs cannot starve
+    # them. A row whose job is no longer ready is dropped by the next claim.
+    reservations = sa.Table(
+        f"{prefix}reservations",
+        md,
+        sa.Column("job_id", Id, primary_key=True, autoincrement=False),
+        sa.Column("seq", sa.BigInteger, nullable=False),
+        # The costs the reserving claim resolved (the handler's, for a job without its
+        # own), which every claimer holds for it.
+        sa.Column("uses", Uses, nullable=True),
+    )
     return Tables(
         metadata=md,
         jobs=jobs,
@@ -454,5 +488,7 @@ def build_tables(prefix: str = DEFAULT_PREFIX, traits: TableTraits = TableTraits
         gate=gate,
         rate_limits=rate_limits,
         rate_slots=rate_slots,
+        resources=resources,
+        reservations=reservations,
         traits=traits,
     )

@@ -35,8 +35,9 @@ from readyq.payload import decode, encode
 from readyq.planning.backoff import retry_delay
 from readyq.planning.caps import current_cap
 from readyq.rate_limits import RateLimit
+from readyq.resources import Resource
 from readyq.schema import FALLBACK_MAX_ATTEMPTS
-from readyq.store import Lease, Outcome, OutcomeKind, Store
+from readyq.store import Lease, Outcome, OutcomeKind, ResourceView, Store
 from readyq.tracing import attempt_span, mark_failed, spans_enabled
 from readyq.transient import BACKOFF_MAX, describe, is_transient, next_backoff
 from readyq.validation import dump_result, parse_args
@@ -328,6 +329,7 @@ class Worker:
         max_payload_bytes: int,
         listen: bool | None = None,
         default_max_attempts: int = FALLBACK_MAX_ATTEMPTS,
+        resources: Mapping[str, Resource] | None = None,
     ) -> None:
         self.store = store
         self.options = options
@@ -360,6 +362,12 @@ class Worker:
             t: rate_limits[name]
             for t in self.types
             if (name := self.handlers[t].rate_limit) is not None
+        }
+        # The named resources this worker keeps the capacity of (re-read every tick),
+        # and the costs of its types' handlers.
+        self.resources = dict(resources or {})
+        self.handler_uses = {
+            t: dict(self.handlers[t].uses) for t in self.types if self.handlers[t].uses
         }
         self.worker_id = options.worker_id or default_worker_id()
         self.stats = WorkerStats()
@@ -410,7 +418,7 @@ class Worker:
         this raises.
         """
         self._connect()
-        self.store.runnable_exists(self.types)
+        self.store.runnable_exists(self.types, costed=bool(self.resources))
         self.store.has_unfinished(self.types)
         self.store.reclaim_due()
         cap = current_cap(self.limits)
@@ -422,6 +430,17 @@ class Worker:
             types=self.types,
             start=self._start_policies,
             rate_limits=self.rate_limits,
+            resources=self._resource_view(),
+        )
+
+    def _resource_view(self) -> ResourceView | None:
+        """Each resource's capacity now and the handlers' costs; None without
+        resources (the claim then leaves every job that takes resources alone)."""
+        if not self.resources:
+            return None
+        return ResourceView(
+            capacity={name: r.capacity() for name, r in self.resources.items()},
+            handler_uses=self.handler_uses,
         )
 
     def _local_cap(self, cap: int) -> int:
@@ -694,6 +713,7 @@ class Worker:
                 types=self.types,
                 start=self._start_policies,
                 rate_limits=self.rate_limits,
+                resources=self._resource_view(),
             )
         except BaseException:
             self._inbox.outcomes.extendleft(reversed(outcomes))

@@ -42,7 +42,8 @@ COVERED = {
     "runnable_counts", "in_flight", "in_flight_and_history", "claim_jobs",
     "record_progress", "start_leased", "extend_leases", "hand_back", "lease_rows",
     "mark_done", "error_code", "is_retryable", "is_disconnect", "is_missing_table",
-    "is_permanent", "database", "driver_hint",
+    "is_permanent", "database", "driver_hint", "in_flight_uses", "group_history",
+    "resource_heads", "claim_ids",
 }
 
 
@@ -57,8 +58,9 @@ class Seam:
         self.conn = conn
 
     def add(self, n: int = 1, *, group: str = "g", type: str = "t", weight: int = 1,
-            state: JobState = JobState.READY, pending: int = 0) -> list[int]:
-        job = NewJob(type, "{}", group, weight)
+            state: JobState = JobState.READY, pending: int = 0, priority: int = 0,
+            uses: str | None = None) -> list[int]:
+        job = NewJob(type, "{}", group, weight, priority, uses=uses)
         rows = [row_values(job, state, pending, None, None, 0) for _ in range(n)]
         return self.d.insert_job_rows(self.conn, self.t, rows, self.now)
 
@@ -204,6 +206,64 @@ def test_in_flight_and_history(seam: Seam) -> None:
     assert flight == {"a": (2, 3)} and history == {"b": (2.0, 1)}
     many = [f"k{i}" for i in range(40)]  # beyond the per-group parameters
     assert seam.d.in_flight_and_history(seam.conn, seam.t, many)[1] == {}
+
+
+# -- claims that weigh resources -----------------------------------------------------------
+
+
+def test_jobs_with_costs_are_only_seen_by_claims_that_weigh_them(seam: Seam) -> None:
+    seam.add(1, uses='{"gpu":1}')
+    for types in (None, ["t"], ["t", "u"]):
+        assert not seam.d.any_runnable(seam.conn, seam.t, seam.now, types)
+        assert seam.d.any_runnable(seam.conn, seam.t, seam.now, types, costed=True)
+    assert seam.d.runnable_counts(seam.conn, seam.t, seam.now, ["t"], 3)[0] == {}
+    assert seam.claim(3) == []
+
+
+def test_in_flight_uses_and_group_history(seam: Seam) -> None:
+    a = seam.add(2, group="a", weight=3, uses='{"gpu":2}')
+    b = seam.add(1, group="a")
+    seam.add(1, group="b", uses='{"gpu":1}')
+    req = ClaimRequest(OWNER, "", 3, TTL, ["t"])
+    assert len(seam.d.claim_ids(seam.conn, seam.t, req, [*a, *b], seam.now)) == 3
+    rows = sorted(seam.d.in_flight_uses(seam.conn, seam.t), key=lambda r: str(r[1]))
+    assert rows == [("a", None, 1, 1), ("a", '{"gpu":2}', 2, 3)]
+    seam.conn.execute(sa.insert(seam.t.groups).values(group_key="b", vfinish=2.0, served_seq=1))
+    assert seam.d.group_history(seam.conn, seam.t, ["a", "b"]) == {"b": (2.0, 1)}
+    many = [f"k{i}" for i in range(40)]  # more groups than one statement's parameters
+    assert seam.d.group_history(seam.conn, seam.t, [*many, "b"]) == {"b": (2.0, 1)}
+
+
+def test_resource_heads_read_each_groups_first_jobs_with_their_costs(seam: Seam) -> None:
+    low = seam.add(2, group="a", uses='{"gpu":1}')
+    high = seam.add(1, group="a", priority=5)
+    seam.add(1, group="b", type="u")
+    other = seam.add(3, group="c")
+    for types in (["t"], ["t", "u"], None):
+        rows = seam.d.resource_heads(seam.conn, seam.t, seam.now, ["a", "c"], types, 2)
+        by_group: dict[str, list[Any]] = {}
+        for r in rows:
+            by_group.setdefault(r.group_key, []).append(r)
+        # Up to 2 per group; the caller orders them by (priority, id).
+        got = {k: sorted((-r.priority, r.id) for r in v) for k, v in by_group.items()}
+        assert got == {"a": [(-5, high[0]), (0, low[0])], "c": [(0, other[0]), (0, other[1])]}
+        uses = {r.id: r.uses for r in rows}
+        assert uses[low[0]] == '{"gpu":1}' and uses[high[0]] is None
+
+
+def test_claim_ids_leases_only_the_ids_still_runnable(seam: Seam) -> None:
+    ids = seam.add(3)
+    seam.conn.execute(
+        sa.update(seam.t.jobs).where(seam.t.jobs.c.id == ids[1]).values(state="cancelled")
+    )
+    req = ClaimRequest(OWNER, "", 3, TTL, ["t"], {"t": (30.0, False)})
+    claimed = seam.d.claim_ids(seam.conn, seam.t, req, ids, seam.now)
+    assert sorted(c.id for c in claimed) == [ids[0], ids[2]]
+    assert all(c.attempt == 1 and c.lease_token == 1 for c in claimed)
+    row = seam.row(ids[0])
+    assert (row.state, row.lease_owner, row.retry_on_timeout) == ("running", OWNER, False)
+    assert row.deadline is not None
+    assert seam.d.claim_ids(seam.conn, seam.t, req, ids, seam.now) == []
 
 
 # -- the claim ---------------------------------------------------------------------------

@@ -41,7 +41,9 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, rule, run_stat
 
 import readyq
 from readyq.errors import DependencyCycle
-from readyq.store import Lease, NewJob, Outcome
+from readyq.planning.drf import GLOBAL, Candidate, GroupState, Reserved, plan_starts
+from readyq.resources import decode, encode
+from readyq.store import Lease, NewJob, Outcome, ResourceView
 
 CAP = 3
 TTL = 100.0
@@ -49,6 +51,9 @@ GUARD = 0.5
 EPS = 2e-3
 OWNERS = ("A", "B")
 START = {"t": (None, True), "u": (60.0, False)}  # type -> (timeout, retry_on_timeout)
+# The resource of the claims that weigh costs, and the costs of type "u"'s handler
+# (jobs of "u" enqueued without their own take them).
+HANDLER_USES = {"u": {"gpu": 1}}
 IN_FLIGHT = ("leased", "running")
 UNFINISHED = ("waiting", "ready", "leased", "running")
 BAD = ("failed", "cancelled", "upstream_failed")
@@ -101,6 +106,8 @@ class MJob:
     started_at: Any = None
     heartbeat_at: Any = None
     finished_at: Any = None
+    # Stored resource costs (None: the handler's, written when a weighing claim takes it).
+    uses: dict[str, int] | None = None
 
 
 TIME_COLUMNS = ("run_after", "lease_expires", "deadline", "started_at", "heartbeat_at",
@@ -122,6 +129,7 @@ def reset(queue: readyq.Queue) -> None:
     with queue.engine.begin() as conn:
         conn.execute(sa.delete(t.deps))
         conn.execute(sa.delete(t.groups))
+        conn.execute(sa.delete(t.reservations))
         conn.execute(sa.update(t.jobs).values(parent_id=None))
         conn.execute(sa.delete(t.jobs))
         conn.execute(sa.update(t.gate).values(vclock=0.0, seq=0))
@@ -137,6 +145,8 @@ class QueueModel(RuleBasedStateMachine):
         reset(self.queue)
         self.store = self.queue.store
         self.jobs: dict[int, MJob] = {}
+        # (job id, costs held for it) of the standing reservations, oldest first.
+        self.reserved: list[tuple[int, dict[str, int]]] = []
         self.leases: list[tuple[str, Any]] = []  # (owner, ClaimedJob) ever handed out
         # Outcomes recorded, with what the job looked like right after.
         self.recorded: list[tuple[str, Outcome, tuple[Any, ...]]] = []
@@ -200,6 +210,7 @@ class QueueModel(RuleBasedStateMachine):
                 "failed_children": m.failed_children, "result": m.result,
                 "is_container": m.is_container, "parent_id": m.parent,
                 "max_attempts": m.max_attempts, "priority": m.priority, "type": m.type,
+                "uses": encode(m.uses),
             }
             got = {k: (bool(getattr(r, k)) if isinstance(v, bool) else getattr(r, k))
                    for k, v in expect.items()}
@@ -352,11 +363,13 @@ class QueueModel(RuleBasedStateMachine):
         priority = data.draw(st.sampled_from((0, 0, 1)), "priority")
         max_attempts = data.draw(st.integers(1, 3), "max_attempts")
         timeout = data.draw(st.sampled_from((None, None, 50.0, 150.0)), "timeout")
+        uses = None if is_container else data.draw(
+            st.sampled_from((None, None, {"gpu": 1}, {"gpu": 2})), "uses")
         new = NewJob(
             type="box" if is_container else kind, args_json="{}", priority=0 if is_container
             else priority, max_attempts=1 if is_container else max_attempts,
             timeout=None if is_container else timeout, depends_on=tuple(sorted(deps)),
-            parent=parent, is_container=is_container,
+            parent=parent, is_container=is_container, uses=encode(uses),
         )
         chain = self.ancestors(parent)
         effective = set(deps)
@@ -385,7 +398,7 @@ class QueueModel(RuleBasedStateMachine):
             state = "ready"
         m = MJob(id=jid, type=new.type, is_container=is_container, parent=parent,
                  deps=effective, priority=new.priority, max_attempts=new.max_attempts,
-                 timeout=new.timeout, state=state, pending=pending)
+                 timeout=new.timeout, state=state, pending=pending, uses=uses)
         if state == "upstream_failed":
             m.error = f"dependency {bad[0]} ended {states[bad[0]]}"
             m.finished_at = self.at()
@@ -416,7 +429,7 @@ class QueueModel(RuleBasedStateMachine):
         return seen
 
     def model_claim(self, owner: str, limit: int, types: list[str] | None,
-                    start: bool, claimed: list[Any]) -> None:
+                    start: bool, claimed: list[Any], gpus: int | None = None) -> None:
         now_lo, _ = self.bracket
         in_flight = sum(1 for m in self.jobs.values() if m.state in IN_FLIGHT)
         n = max(0, min(limit, CAP - in_flight))
@@ -427,10 +440,15 @@ class QueueModel(RuleBasedStateMachine):
         ready = sorted(
             (m for m in self.jobs.values()
              if m.state == "ready" and due(m.run_after)
-             and (types is None or m.type in types)),
+             and (types is None or m.type in types)
+             # A claim that weighs no resources leaves jobs with costs of their own.
+             and (gpus is not None or m.uses is None)),
             key=lambda m: (-m.priority, m.id),
         )
-        expected = [m.id for m in ready[:n]]
+        if gpus is None:
+            expected = [m.id for m in ready[:n]]
+        else:
+            expected = self.model_weighed(limit, types, ready, gpus, in_flight, due)
         assert sorted(c.id for c in claimed) == sorted(expected), (claimed, expected)
         self.counters.rules["jobs claimed"] = self.counters.rules.get("jobs claimed", 0) + len(
             claimed)
@@ -448,21 +466,77 @@ class QueueModel(RuleBasedStateMachine):
                 m.deadline = None if seconds is None else self.at(seconds)
             self.leases.append((owner, c))
 
+    def model_weighed(self, limit: int, types: list[str] | None, ready: list[MJob],
+                      gpus: int, in_flight: int, due: Callable[[Any], bool]) -> list[int]:
+        """The ids a claim that weighs ``gpus`` GPUs takes, by the DRF plan over what the
+        model holds; the model's reservations and stored costs follow the claim."""
+        if CAP - in_flight <= 0:
+            return []
+        held: dict[str, int] = {GLOBAL: in_flight}
+        for m in self.jobs.values():
+            if m.state in IN_FLIGHT:
+                for k, v in (m.uses or {}).items():
+                    held[k] = held.get(k, 0) + v
+        standing = []
+        for jid, cost in list(self.reserved):
+            m = self.jobs[jid]
+            if m.state != "ready" or not due(m.run_after):
+                self.reserved.remove((jid, cost))
+                continue
+            standing.append(Reserved(Candidate(jid, "default", {GLOBAL: 1, **cost}, m.type),
+                                     claimable=types is None or m.type in types))
+        heads = []
+        for m in ready:
+            cost = m.uses if m.uses is not None else HANDLER_USES.get(m.type, {})
+            heads.append(Candidate(m.id, "default", {GLOBAL: 1, **cost}, m.type))
+        heads = heads[:CAP]
+        if not heads and not standing:
+            return []
+        group = GroupState("default", 1, held, len(heads), heads)
+        capacity = {GLOBAL: CAP, "gpu": gpus}
+        plan = plan_starts(capacity, [group], 0.0, reservations=standing, max_claims=limit)
+        picked = [c.id for c in plan.picks]
+        self.reserved = [(jid, cost) for jid, cost in self.reserved
+                         if jid not in plan.served_reservations]
+        self.reserved += [(c.id, {k: v for k, v in c.cost.items() if k != GLOBAL})
+                          for c in plan.reserve]
+        for jid in picked:
+            m = self.jobs[jid]
+            if m.uses is None and HANDLER_USES.get(m.type):
+                m.uses = dict(HANDLER_USES[m.type])
+        return picked
+
     def claim(self, data: st.DataObject) -> None:
         owner = data.draw(st.sampled_from(OWNERS), "owner")
         limit = data.draw(st.integers(1, 3), "limit")
         types = data.draw(st.sampled_from((None, ["t"])), "types")
         start = data.draw(st.booleans(), "start")
+        # A claim that weighs a GPU resource (its capacity now), or none.
+        gpus = data.draw(st.sampled_from((None, None, 0, 1, 2, 3)), "gpus")
+        view = None if gpus is None else ResourceView({"gpu": gpus}, HANDLER_USES)
         self.settle()
         store = self.store
         if start:
             _, claimed = self.step("claim+start (cycle)", lambda: store.finish_and_claim(
-                owner, [], cap=CAP, limit=limit, ttl=TTL, types=types, start=START))
+                owner, [], cap=CAP, limit=limit, ttl=TTL, types=types, start=START,
+                resources=view))
         else:
             claimed = self.step("claim", lambda: store.claim_jobs(
-                owner=owner, cap=CAP, limit=limit, ttl=TTL, types=types))
-        self.model_claim(owner, limit, types, start, claimed)
+                owner=owner, cap=CAP, limit=limit, ttl=TTL, types=types, resources=view))
+        self.model_claim(owner, limit, types, start, claimed, gpus)
         self.sync()
+        self.check_reservations()
+
+    def check_reservations(self) -> None:
+        """The reservation rows are the model's, with the costs it holds for them."""
+        r = self.store.tables.reservations
+        with self.queue.engine.connect() as conn:
+            rows = conn.execute(sa.select(r.c.job_id, r.c.uses).order_by(r.c.seq)).all()
+        # A weighing claim drops the rows of jobs no longer ready; until one runs they
+        # stay, so only the live ones are compared.
+        live = [(int(jid), decode(u)) for jid, u in rows if self.jobs[int(jid)].state == "ready"]
+        model = [(jid, cost) for jid, cost in self.reserved if self.jobs[jid].state == "ready"]
+        assert live == model, (live, model)
 
     def mark_running(self, data: st.DataObject) -> None:
         pool = [(o, c) for o, c in self.leases if self.jobs[c.id].state == "leased"]

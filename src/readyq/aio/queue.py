@@ -9,7 +9,7 @@ from the engine (see :mod:`readyq.store.transactions`).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
@@ -26,9 +26,10 @@ from readyq.engines import DEFAULT_IDLE_TRANSACTION_TIMEOUT
 from readyq.errors import ConfigurationError
 from readyq.handlers import HandlerSpec
 from readyq.listing import DEFAULT_LIMIT, JobFilter
-from readyq.model import Enqueued, GroupStats, JobInfo, JobState
+from readyq.model import Enqueued, GroupStats, JobInfo, JobState, ResourceStats
 from readyq.payload import DEFAULT_MAX_PAYLOAD_BYTES
 from readyq.planning.backoff import DEFAULT_RETRY_BASE, DEFAULT_RETRY_MAX
+from readyq.planning.caps import Limits
 from readyq.queue import (
     DEFAULT_GROUP,
     DEFAULT_MAX_ATTEMPTS,
@@ -39,6 +40,7 @@ from readyq.queue import (
 )
 from readyq.rate_limits import RateLimit
 from readyq.reports import JobPage
+from readyq.resources import Resource
 from readyq.schema import DEFAULT_PREFIX
 from readyq.worker import WorkerStats
 
@@ -183,6 +185,7 @@ class AsyncQueue:
         rate_limit: str | RateLimit | None = None,
         isolation: str | None = None,
         on_cancel: str = "cooperative",
+        uses: Mapping[str, int] | None = None,
     ) -> Callable[[F], F]:
         """Register a handler (``async def`` or plain); see :meth:`readyq.Queue.handler`
         (no I/O: nothing to await)."""
@@ -191,7 +194,7 @@ class AsyncQueue:
             retry_on_timeout=retry_on_timeout, retry_backoff=retry_backoff,
             retry_backoff_max=retry_backoff_max, args_model=args_model,
             result_model=result_model, rate_limit=rate_limit, isolation=isolation,
-            on_cancel=on_cancel,
+            on_cancel=on_cancel, uses=uses,
         )
 
     @property
@@ -205,6 +208,18 @@ class AsyncQueue:
     @property
     def rate_limits(self) -> dict[str, RateLimit]:
         return self._queue.rate_limits
+
+    def resource(self, name: str, *, capacity: Limits) -> Resource:
+        """Define a resource (no I/O); see :meth:`readyq.Queue.resource`."""
+        return self._queue.resource(name, capacity=capacity)
+
+    @property
+    def resources(self) -> dict[str, Resource]:
+        return self._queue.resources
+
+    async def resource_stats(self) -> dict[str, ResourceStats]:
+        """See :meth:`readyq.Queue.resource_stats`."""
+        return await greenlet_spawn(self._queue.resource_stats)
 
     # -- jobs -----------------------------------------------------------------------------
 
@@ -222,6 +237,7 @@ class AsyncQueue:
         max_attempts: int | None = None,
         timeout: float | timedelta | None = None,
         unique_key: str | None = None,
+        uses: Mapping[str, int] | None = None,
         connection: AsyncConnection | AsyncSession | None = None,
     ) -> int:
         """See :meth:`readyq.Queue.enqueue`; ``connection`` takes an AsyncConnection or
@@ -229,7 +245,7 @@ class AsyncQueue:
         return await self._in(
             connection, self._queue.enqueue, type, args, group=group, weight=weight,
             priority=priority, depends_on=depends_on, parent=parent, run_after=run_after,
-            max_attempts=max_attempts, timeout=timeout, unique_key=unique_key,
+            max_attempts=max_attempts, timeout=timeout, unique_key=unique_key, uses=uses,
         )
 
     async def enqueue_unique(
@@ -246,6 +262,7 @@ class AsyncQueue:
         run_after: datetime | timedelta | float | None = None,
         max_attempts: int | None = None,
         timeout: float | timedelta | None = None,
+        uses: Mapping[str, int] | None = None,
         connection: AsyncConnection | AsyncSession | None = None,
     ) -> Enqueued:
         """See :meth:`readyq.Queue.enqueue_unique`."""
@@ -253,6 +270,7 @@ class AsyncQueue:
             connection, self._queue.enqueue_unique, type, args, unique_key=unique_key,
             group=group, weight=weight, priority=priority, depends_on=depends_on,
             parent=parent, run_after=run_after, max_attempts=max_attempts, timeout=timeout,
+            uses=uses,
         )
 
     async def enqueue_container(
@@ -351,6 +369,7 @@ class AsyncQueue:
             max_payload_bytes=q.max_payload_bytes,
             listen=q.listen,
             default_max_attempts=q.default_max_attempts,
+            resources=q.resources,
         )
 
     async def run_worker(

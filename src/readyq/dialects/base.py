@@ -54,7 +54,9 @@ from readyq.sql.ready import (
     in_flight_by_group,
     merged_head,
     merged_types,
+    no_costs,
     ready_group_keys,
+    run_after_passed,
     runnable,
     runnable_head,
     state_in,
@@ -382,9 +384,11 @@ class Dialect(ABC):
         t: Tables,
         now: sa.ColumnElement[float],
         types: Sequence[str] | None,
+        costed: bool = False,
     ) -> bool:
-        """Whether any job of ``types`` is runnable now. One statement when ``types`` is
-        given; for every type, :meth:`pin_index_order` runs first."""
+        """Whether any job of ``types`` is runnable now (with ``costed``, counting jobs
+        that take resources). One statement when ``types`` is given; for every type,
+        :meth:`pin_index_order` runs first."""
         j = t.jobs
 
         def build() -> sa.Select[Any]:
@@ -392,19 +396,20 @@ class Dialect(ABC):
                 # In the ready index's order, so that no plan reads the table instead.
                 return (
                     sa.select(j.c.id)
-                    .where(runnable(t, now, types=None))
+                    .where(runnable(t, now, types=None, costed=costed))
                     .order_by(j.c.group_key, j.c.priority.desc(), j.c.id)
                     .limit(1)
                 )
             # Through the index that holds the ready jobs by type: a min(), which needs
             # no pinned order.
             first = self._first_ready_type(
-                t, types, sa.or_(j.c.run_after.is_(None), j.c.run_after <= now)
+                t, types, sa.or_(j.c.run_after.is_(None), j.c.run_after <= now),
+                *(() if costed else (no_costs(t),)),
             )
             return sa.select(sa.literal(1)).where(first.is_not(None))
 
         stmt = self.cached(
-            ("any_runnable", j.name, None if types is None else tuple(types)), build
+            ("any_runnable", j.name, None if types is None else tuple(types), costed), build
         )
         if types is None:
             self.pin_index_order(conn)
@@ -632,6 +637,126 @@ class Dialect(ABC):
             {"vclock": progress.vclock, "seq": progress.seq},
         )
 
+    # -- claims that weigh resources ----------------------------------------------------
+
+    def in_flight_uses(
+        self, conn: Connection, t: Tables
+    ) -> list[tuple[str, str | None, int, int]]:
+        """(group, stored costs, jobs, their largest weight) of the jobs in flight, per
+        group and costs: a range of the in-flight index, bounded by the cap."""
+
+        def build() -> sa.Select[Any]:
+            j = t.jobs
+            return (
+                sa.select(
+                    j.c.group_key, j.c.uses, sa.func.count().label("n"),
+                    sa.func.max(j.c.weight).label("w"),
+                )
+                .where(state_in(t, *IN_FLIGHT_STATES))
+                .group_by(j.c.group_key, j.c.uses)
+            )
+
+        stmt = self.cached(("in_flight_uses", t.jobs.name), build)
+        return [(r[0], r[1], int(r[2]), int(r[3])) for r in self.execute(conn, stmt)]
+
+    def group_history(
+        self, conn: Connection, t: Tables, groups: Sequence[str]
+    ) -> dict[str, tuple[float, int]]:
+        """The fair-share history (vfinish, served_seq) of ``groups`` that have one."""
+        g = t.groups
+        out: dict[str, tuple[float, int]] = {}
+        for start in range(0, len(groups), PER_GROUP_PARAMS):
+            chunk = list(groups[start : start + PER_GROUP_PARAMS])
+            rows = conn.execute(
+                sa.select(g.c.group_key, g.c.vfinish, g.c.served_seq).where(
+                    g.c.group_key.in_(chunk)
+                )
+            )
+            out.update({r[0]: (float(r[1]), int(r[2])) for r in rows})
+        return out
+
+    def resource_heads(
+        self,
+        conn: Connection,
+        t: Tables,
+        now: sa.ColumnElement[float],
+        groups: Sequence[str],
+        types: Sequence[str] | None,
+        n: int,
+    ) -> list[Any]:
+        """(id, group_key, type, uses, weight, priority) of each group's first ``n``
+        runnable jobs of ``types``, jobs that take resources included:
+        one ``UNION ALL`` of per-group reads for up to ``COUNTS_PER_STATEMENT`` groups
+        (whose order the caller restores from the priority and id)."""
+        j = t.jobs
+        columns = (j.c.id, j.c.group_key, j.c.type, j.c.uses, j.c.weight, j.c.priority)
+
+        def build(size: int) -> sa.Executable:
+            parts = []
+            for i in range(size):
+                head = claim_head(
+                    t, now, sa.bindparam(f"g{i}", type_=j.c.group_key.type), types,
+                    sa.bindparam("n", type_=sa.Integer), *columns,
+                    part=lambda stmt, type_: self._by_type(stmt, t, [type_]), costed=True,
+                )
+                if merged_types(types) is None:
+                    head = self._by_type(head, t, types)
+                sub = head.subquery(f"rq_head{i}")
+                parts.append(sa.select(*sub.c))
+            return parts[0] if size == 1 else sa.union_all(*parts)
+
+        rows: list[Any] = []
+        shape = None if types is None else tuple(types)
+        for start in range(0, len(groups), COUNTS_PER_STATEMENT):
+            chunk = groups[start : start + COUNTS_PER_STATEMENT]
+            stmt = self.cached(
+                ("resource_heads", j.name, shape, len(chunk)), partial(build, len(chunk))
+            )
+            params: dict[str, Any] = {f"g{i}": key for i, key in enumerate(chunk)}
+            params["n"] = n
+            rows.extend(self.execute(conn, stmt, params).all())
+        return rows
+
+    def claim_ids(
+        self,
+        conn: Connection,
+        t: Tables,
+        req: ClaimRequest,
+        ids: Sequence[int],
+        now: sa.ColumnElement[float],
+    ) -> list[ClaimedJob]:
+        """Lease the jobs ``ids`` that are still runnable, as :meth:`claim_jobs` leases
+        a group's head (``req`` gives the owner, lease, types and start policies; its
+        group and limit are not used). Called under the gate row's lock, which every
+        claim takes, so no other claim holds these rows."""
+        if not ids:
+            return []
+        j = t.jobs
+        still = sa.and_(
+            self._ids_match(j.c.id, ids), state_in(t, "ready"), run_after_passed(t, now)
+        )
+        params = {"rq_owner": req.owner, "rq_ttl": req.ttl}
+        if self.capabilities.returning:
+            stmt = (
+                sa.update(j)
+                .where(still)
+                .values(**lease_values(t, req, now))
+                .returning(*claim_columns(t))
+            )
+            return [claimed_from_row(row) for row in conn.execute(stmt, params).all()]
+        rows = conn.execute(
+            sa.select(*claim_columns(t)).where(still).order_by(j.c.id).with_for_update()
+        ).all()
+        if not rows:
+            return []
+        conn.execute(
+            sa.update(j)
+            .where(self._ids_match(j.c.id, [r[0] for r in rows]))
+            .values(**lease_values(t, req, now)),
+            params,
+        )
+        return [claimed_from_row(row, before_update=True, req=req) for row in rows]
+
     # -- leases -------------------------------------------------------------------------
 
     def start_leased(
@@ -848,17 +973,19 @@ def claim_head(
     limit: sa.ColumnElement[int],
     *columns: sa.ColumnElement[Any],
     part: Part = as_is,
+    costed: bool = False,
 ) -> sa.Select[Any]:
     """``columns`` of a group's first ``limit`` runnable jobs of ``types``, in claim
-    order. For a worker of a few types, the merge of one read per type
-    (:func:`readyq.sql.ready.merged_head`), ``part`` applied to each read; otherwise one
-    read, which the caller completes (a row lock, an index hint)."""
+    order (with ``costed``, jobs that take resources too). For a worker of a few types,
+    the merge of one read per type (:func:`readyq.sql.ready.merged_head`), ``part``
+    applied to each read; otherwise one read, which the caller completes (a row lock, an
+    index hint)."""
     many = merged_types(types)
     if many is not None:
-        return merged_head(t, now, group, many, limit, *columns, part=part)
+        return merged_head(t, now, group, many, limit, *columns, part=part, costed=costed)
     return (
         sa.select(*columns)
-        .where(runnable(t, now, group=group, types=types))
+        .where(runnable(t, now, group=group, types=types, costed=costed))
         .order_by(*claim_order(t, types))
         .limit(limit)
     )

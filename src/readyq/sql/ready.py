@@ -39,8 +39,13 @@ def runnable(
     *,
     group: str | sa.ColumnElement[str] | None = None,
     types: Sequence[str] | None = None,
+    costed: bool = False,
 ) -> sa.ColumnElement[bool]:
     """WHERE clause of the jobs a worker may claim now (reads the ready index only).
+
+    A worker that defines no resources cannot keep their capacity, so by default the
+    jobs that take resources (``uses`` stored) are left out; ``costed`` takes them in,
+    for the claims that weigh costs (:mod:`readyq.store.resource_claim`).
 
     For a worker of one type the terms are those of the index of ready jobs by type
     (:func:`ready_of_type`), which holds each group's rows of that type in claim order;
@@ -55,7 +60,14 @@ def runnable(
         conds.append(j.c.group_key == group)
     if types is not None and only is None:
         conds.append(values_in(j.c.type, types))
+    if not costed:
+        conds.append(no_costs(t))
     return sa.and_(*conds)
+
+
+def no_costs(t: Tables) -> sa.ColumnElement[bool]:
+    """The job takes no named resource of its own (its handler's may still apply)."""
+    return t.jobs.c.uses.is_(None)
 
 
 def single_type(types: Sequence[str] | None) -> str | None:
@@ -102,12 +114,13 @@ def type_head(
     type_: str,
     limit: sa.ColumnElement[int],
     *columns: sa.ColumnElement[Any],
+    costed: bool = False,
 ) -> sa.Select[Any]:
     """``columns`` of a group's first ``limit`` runnable jobs of one type, in its claim
     order, through the index of ready jobs by type: one read of a merged read."""
     return (
         sa.select(*columns)
-        .where(runnable(t, now, group=group, types=[type_]))
+        .where(runnable(t, now, group=group, types=[type_], costed=costed))
         .order_by(*claim_order(t, [type_]))
         .limit(limit)
         # A group (or limit) from an enclosing query (a LATERAL join) is that query's.
@@ -123,6 +136,7 @@ def merged_head(
     limit: sa.ColumnElement[int],
     *columns: sa.ColumnElement[Any],
     part: Part = as_is,
+    costed: bool = False,
 ) -> sa.Select[Any]:
     """``columns`` of a group's first ``limit`` runnable jobs of several types, in claim
     order: the first ``limit`` of each type, read in the terms of the index of ready
@@ -133,7 +147,7 @@ def merged_head(
     keys = (j.c.priority.label("rq_priority"), j.c.id.label("rq_id"))
     reads = []
     for i, type_ in enumerate(types):
-        one = type_head(t, now, group, type_, limit, *columns, *keys)
+        one = type_head(t, now, group, type_, limit, *columns, *keys, costed=costed)
         # Each read as a derived table: SQLite takes no ORDER BY or LIMIT on the members
         # of a compound select, and a row lock must apply to the read, not the union.
         head = part(one, type_).subquery(f"rq_type{i}")
@@ -259,6 +273,7 @@ def runnable_head(
     group: str | sa.ColumnElement[str],
     types: Sequence[str] | None,
     limit: sa.ColumnElement[int],
+    costed: bool = False,
 ) -> sa.Select[Any]:
     """The weights of one group's first ``limit`` runnable jobs, in claim order: a group
     is counted only up to the cap, so the count costs the cap, not the backlog. (For a
@@ -272,13 +287,16 @@ def runnable_head(
         order = (j.c.type,) if t.traits.type_test is not None else ()
         return (
             sa.select(j.c.weight)
-            .where(ready_of_types(t, many), run_after_passed(t, now), j.c.group_key == group)
+            .where(
+                ready_of_types(t, many), run_after_passed(t, now), j.c.group_key == group,
+                *(() if costed else (no_costs(t),)),
+            )
             .order_by(*order)
             .limit(limit)
         )
     return (
         sa.select(j.c.weight)
-        .where(runnable(t, now, group=group, types=types))
+        .where(runnable(t, now, group=group, types=types, costed=costed))
         .order_by(*claim_order(t, types))
         .limit(limit)
     )

@@ -37,7 +37,7 @@ from readyq.dialects import (
 )
 from readyq.errors import SchemaNotFound
 from readyq.listing import JobFilter
-from readyq.model import ClaimedJob, GroupStats, JobInfo, job_log_fields
+from readyq.model import ClaimedJob, GroupStats, JobInfo, ResourceStats, job_log_fields
 from readyq.rate_limits import RateLimit
 from readyq.reports import (
     BulkResult,
@@ -52,7 +52,7 @@ from readyq.reports import (
 )
 from readyq.schema import GATE_ID, Tables, build_tables
 from readyq.store import claim as claim_unit
-from readyq.store import control, enqueue, inspection, outcomes, sweeps
+from readyq.store import control, enqueue, inspection, outcomes, resource_claim, sweeps
 from readyq.store.context import Clock, Hooks, StoreContext
 from readyq.store.records import (
     Applied,
@@ -64,6 +64,7 @@ from readyq.store.records import (
     OutcomeKind,
     ReclaimedJob,
     ReclaimResult,
+    ResourceView,
 )
 from readyq.store.transactions import DEFAULT_TX_RETRIES, Transactions, pause_for
 
@@ -77,6 +78,7 @@ __all__ = [
     "OutcomeKind",
     "ReclaimResult",
     "ReclaimedJob",
+    "ResourceView",
     "Store",
     "StoreContext",
 ]
@@ -131,6 +133,8 @@ class Store:
         self._engine: Engine | None = None
         self._context: StoreContext | None = None
         self._init_lock = threading.Lock()
+        # The resource capacities this store's claims last recorded.
+        self._capacities = resource_claim.CapacityLog()
         # How to wait without holding anything up: ``time.sleep``, or on the event loop
         # when the store runs in a greenlet for the asyncio API.
         self.pause = pause_for(engine)
@@ -328,16 +332,39 @@ class Store:
         ttl: float,
         types: Sequence[str] | None,
         rate_limits: Mapping[str, RateLimit] | None = None,
+        resources: ResourceView | None = None,
     ) -> list[ClaimedJob]:
         """Lease runnable jobs under the global cap, shared between groups fairly, in one
-        transaction (see :mod:`readyq.store.claim`)."""
+        transaction (see :mod:`readyq.store.claim`; with ``resources``,
+        :mod:`readyq.store.resource_claim`)."""
         if cap <= 0 or limit <= 0:
             return []
         return self.write(
-            lambda conn: claim_unit.claim_jobs(
-                self.context, conn, owner, cap, limit, ttl, types, None, rate_limits
+            lambda conn: self._claim(
+                conn, owner, cap, limit, ttl, types, None, rate_limits, resources
             ).read(),
             what="claim",
+        )
+
+    def _claim(
+        self,
+        conn: Connection,
+        owner: str,
+        cap: int,
+        limit: int,
+        ttl: float,
+        types: Sequence[str] | None,
+        start: StartPolicies | None,
+        rate_limits: Mapping[str, RateLimit] | None,
+        resources: ResourceView | None,
+    ) -> ClaimReceipt:
+        if resources is None:
+            return claim_unit.claim_jobs(
+                self.context, conn, owner, cap, limit, ttl, types, start, rate_limits
+            )
+        return resource_claim.claim_weighed(
+            self.context, conn, owner, cap, limit, ttl, types, start, rate_limits,
+            resources, self._capacities,
         )
 
     def finish_and_claim(
@@ -351,6 +378,7 @@ class Store:
         types: Sequence[str] | None,
         start: StartPolicies | None = None,
         rate_limits: Mapping[str, RateLimit] | None = None,
+        resources: ResourceView | None = None,
     ) -> tuple[Applied, list[ClaimedJob]]:
         """Record outcomes, claim new jobs and start them: one transaction, one commit.
 
@@ -378,14 +406,14 @@ class Store:
             applied = outcomes.record_outcomes(ctx, conn, owner, done) if done else {}
             receipt = claim_unit.NOTHING
             if cap > 0 and limit > 0:
-                receipt = claim_unit.claim_jobs(
-                    ctx, conn, owner, cap, limit, ttl, types, start, rate_limits
+                receipt = self._claim(
+                    conn, owner, cap, limit, ttl, types, start, rate_limits, resources
                 )
             return applied, receipt
 
         if not done and (cap <= 0 or limit <= 0):
             return {}, []
-        if not done and not self.runnable_exists(types):
+        if not done and not self.runnable_exists(types, costed=resources is not None):
             # An idle tick (a poll, or a notification that woke every listening worker)
             # reads the ready index without a lock: only a worker that sees a runnable
             # job opens a claim transaction and waits for the gate.
@@ -404,6 +432,7 @@ class Store:
         types: Sequence[str] | None,
         start: StartPolicies | None = None,
         rate_limits: Mapping[str, RateLimit] | None = None,
+        resources: ResourceView | None = None,
     ) -> int:
         """Run a worker's transaction once and roll it back; return how many jobs its
         claim took.
@@ -419,8 +448,8 @@ class Store:
             ctx = self.context
             claimed: list[ClaimedJob] = []
             if cap > 0 and limit > 0:
-                claimed = claim_unit.claim_jobs(
-                    ctx, conn, owner, cap, limit, ttl, types, start, rate_limits
+                claimed = self._claim(
+                    conn, owner, cap, limit, ttl, types, start, rate_limits, resources
                 ).read()
             if claimed:
                 outcomes.record_outcomes(
@@ -434,13 +463,41 @@ class Store:
             return int(done.args[0])
         raise AssertionError("a dry run's unit always raises")  # pragma: no cover
 
-    def runnable_exists(self, types: Sequence[str] | None) -> bool:
-        """Whether any job of ``types`` is runnable now: one lock-free read."""
+    def is_reserved(self, job_id: int) -> bool:
+        """Whether units are held for the job (it was next in fair-share order and did
+        not fit)."""
+        r = self.tables.reservations
+        return self.read(
+            lambda conn: conn.execute(
+                sa.select(r.c.job_id).where(r.c.job_id == job_id)
+            ).first() is not None
+        )
+
+    def known_resources(self) -> dict[str, int]:
+        """The resources workers' claims have recorded, with their capacities."""
+        return self.read(lambda conn: inspection.known_resources(self.context, conn))
+
+    def resource_stats(
+        self,
+        defined: Sequence[str] = (),
+        handler_uses: Mapping[str, Mapping[str, int]] | None = None,
+    ) -> dict[str, ResourceStats]:
+        """Per resource: capacity, units in flight, what waits for it (see
+        :func:`readyq.store.inspection.resource_stats`)."""
+        return self.read(
+            lambda conn: inspection.resource_stats(
+                self.context, conn, defined, handler_uses or {}
+            )
+        )
+
+    def runnable_exists(self, types: Sequence[str] | None, *, costed: bool = False) -> bool:
+        """Whether any job of ``types`` is runnable now: one lock-free read (``costed``:
+        jobs that take resources count, for a worker that defines resources)."""
         ctx = self.context
         # The typed probe is one statement; the untyped one pins the index order for the
         # rest of its transaction first.
         return self.read(
-            lambda conn: ctx.dialect.any_runnable(conn, ctx.tables, ctx.now, types),
+            lambda conn: ctx.dialect.any_runnable(conn, ctx.tables, ctx.now, types, costed),
             single=types is not None,
         )
 

@@ -44,6 +44,23 @@ def _receipt(jobs: list[ClaimedJob]) -> ClaimReceipt:
     return ClaimReceipt(len(jobs), lambda: jobs)
 
 
+def lock_gate(ctx: StoreContext, conn: Connection) -> Any:
+    """Lock the gate row (claims take turns on it) and return its (vclock, seq)."""
+    t, d = ctx.tables, ctx.dialect
+    gate = d.execute(
+        conn,
+        d.cached(
+            ("gate", t.gate.name),
+            lambda: sa.select(t.gate.c.vclock, t.gate.c.seq)
+            .where(t.gate.c.id == GATE_ID)
+            .with_for_update(),
+        ),
+    ).first()
+    if gate is None:
+        raise SchemaNotFound("the readyq gate row is missing: call Queue.create_schema()")
+    return gate
+
+
 def progress_rows(progress: FairShareProgress) -> list[tuple[str, float, int]]:
     """(group, vfinish, served_seq) for each group a claim served."""
     return [(key, v, progress.served_seq[key]) for key, v in progress.vfinish.items()]
@@ -81,17 +98,7 @@ def claim_jobs(
         early, _ = d.runnable_counts(conn, t, now, types, cap)
         if not early:
             return NOTHING
-    gate = d.execute(
-        conn,
-        d.cached(
-            ("gate", t.gate.name),
-            lambda: sa.select(t.gate.c.vclock, t.gate.c.seq)
-            .where(t.gate.c.id == GATE_ID)
-            .with_for_update(),
-        ),
-    ).first()
-    if gate is None:
-        raise SchemaNotFound("the readyq gate row is missing: call Queue.create_schema()")
+    gate = lock_gate(ctx, conn)
     history: dict[str, tuple[float, int]]
     if early is not None:
         ready = early
@@ -215,6 +222,16 @@ class Budget:
         # limit name -> starts still allowed now (counted up to what the claim may take)
         self.left = left
 
+    def allowance(self, type_: str) -> int | None:
+        """Starts still allowed now for jobs of ``type_`` (None: no limit covers it)."""
+        lim = self.by_type.get(type_)
+        return None if lim is None else self.left[lim.name]
+
+    def limit_of(self, type_: str) -> str | None:
+        """The name of the limit that covers ``type_``, if any."""
+        lim = self.by_type.get(type_)
+        return None if lim is None else lim.name
+
     def allowed(self, types: Sequence[str]) -> list[str]:
         """``types`` without those whose limit is spent."""
         return [
@@ -243,15 +260,15 @@ class Budget:
         claimed: list[ClaimedJob] = []
         if loose:
             got = dialect.claim_jobs(conn, t, [replace(req, types=loose)], now)
-            claimed += self._spend(conn, got)
+            claimed += self.spend(conn, got)
         for name, types in sorted(tight.items()):
             n = min(req.limit - len(claimed), self.left[name])
             if n > 0:
                 got = dialect.claim_jobs(conn, t, [replace(req, types=types, limit=n)], now)
-                claimed += self._spend(conn, got)
+                claimed += self.spend(conn, got)
         return claimed
 
-    def _spend(self, conn: Connection, claimed: list[ClaimedJob]) -> list[ClaimedJob]:
+    def spend(self, conn: Connection, claimed: list[ClaimedJob]) -> list[ClaimedJob]:
         """Record the starts of ``claimed`` in their limits' oldest free slots."""
         spent: dict[str, int] = {}
         for c in claimed:

@@ -138,6 +138,7 @@ def insert_job(ctx: StoreContext, conn: Connection, job: NewJob) -> int:
         "created_at": now,
         "updated_at": now,
         "unique_key": job.unique_key,
+        "uses": job.uses,
     }
     if state is JobState.UPSTREAM_FAILED:
         values["error"] = f"dependency {bad[0]} ended {states[bad[0]]}"
@@ -356,6 +357,7 @@ def row_values(
         pending,
         open_children,
         job.unique_key,
+        job.uses,
         job.run_after_at,
         job.run_after_delay,
         0.0 if state is JobState.UPSTREAM_FAILED else None,

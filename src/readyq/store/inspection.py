@@ -7,7 +7,7 @@ Each is one read-only unit; none takes a lock. Instants come from the database's
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import sqlalchemy as sa
@@ -15,7 +15,14 @@ from sqlalchemy.engine import Connection
 
 from readyq.errors import InvalidFilter, JobNotFound
 from readyq.listing import JobFilter, decode_cursor, encode_cursor
-from readyq.model import IN_FLIGHT_STATES, GroupStats, JobInfo, JobState, from_epoch
+from readyq.model import (
+    IN_FLIGHT_STATES,
+    GroupStats,
+    JobInfo,
+    JobState,
+    ResourceStats,
+    from_epoch,
+)
 from readyq.payload import decode
 from readyq.reports import (
     INSTANTS,
@@ -35,6 +42,7 @@ from readyq.reports import (
     WorkerSeen,
     ordered_states,
 )
+from readyq.resources import decode as decode_uses
 from readyq.schema import MAX_ATTEMPTS_FROM_HANDLER
 from readyq.sql.listing import instant, needs_clock, page_query
 from readyq.sql.ready import in_flight_by_group, runnable, state_in
@@ -88,30 +96,115 @@ def group_stats(ctx: StoreContext, conn: Connection) -> dict[str, GroupStats]:
     since = sa.case((j.c.run_after > j.c.updated_at, j.c.run_after), else_=j.c.updated_at)
     ready = conn.execute(
         sa.select(j.c.group_key, sa.func.count().label("n"), sa.func.min(since).label("since"))
-        .where(runnable(ctx.tables, sa.literal(now, sa.Double)))
+        .where(runnable(ctx.tables, sa.literal(now, sa.Double), costed=True))
         .group_by(j.c.group_key)
     ).all()
-    flight = {
-        r.group_key: int(r.n)
-        for r in conn.execute(
-            sa.select(j.c.group_key, sa.func.count().label("n"))
-            .where(state_in(ctx.tables, *IN_FLIGHT_STATES))
-            .group_by(j.c.group_key)
-        )
-    }
+    flight: dict[str, int] = {}
+    uses: dict[str, dict[str, int]] = {}
+    for key, stored, n, _ in ctx.dialect.in_flight_uses(conn, ctx.tables):
+        flight[key] = flight.get(key, 0) + n
+        mine = uses.setdefault(key, {})
+        for name, units in decode_uses(stored).items():
+            mine[name] = mine.get(name, 0) + units * n
     out = {
         r.group_key: GroupStats(
             group=r.group_key,
             ready=int(r.n),
             in_flight=flight.get(r.group_key, 0),
             oldest_ready_age=max(0.0, now - float(r.since)),
+            uses=dict(sorted(uses.get(r.group_key, {}).items())),
         )
         for r in ready
     }
     for key, n in flight.items():
         if key not in out:
-            out[key] = GroupStats(group=key, ready=0, in_flight=n, oldest_ready_age=None)
+            out[key] = GroupStats(
+                group=key, ready=0, in_flight=n, oldest_ready_age=None,
+                uses=dict(sorted(uses.get(key, {}).items())),
+            )
     return dict(sorted(out.items()))
+
+
+# Runnable jobs read per resource report: what waits is counted up to this many.
+WAITING_COUNT_MAX = 10_000
+
+
+def known_resources(ctx: StoreContext, conn: Connection) -> dict[str, int]:
+    """The resources workers' claims have recorded, with their capacities."""
+    r = ctx.tables.resources
+    return {row.name: int(row.capacity) for row in conn.execute(sa.select(r.c.name, r.c.capacity))}
+
+
+def resource_stats(
+    ctx: StoreContext,
+    conn: Connection,
+    defined: Sequence[str],
+    handler_uses: Mapping[str, Mapping[str, int]],
+) -> dict[str, ResourceStats]:
+    """Per resource (those ``defined`` and those workers recorded): the capacity last
+    recorded, the units in flight, the runnable jobs that use it (those stored without
+    costs take ``handler_uses`` of their type) and the reservations that hold it."""
+    t = ctx.tables
+    j, r, res = t.jobs, t.resources, t.reservations
+    now = float(conn.execute(sa.select(ctx.now)).scalar_one())
+    seen = {
+        row.name: (int(row.capacity), max(0.0, now - float(row.seen_at)))
+        for row in conn.execute(sa.select(r.c.name, r.c.capacity, r.c.seen_at))
+    }
+    names = sorted(set(defined) | set(seen))
+    in_use: dict[str, int] = {}
+    for _, stored, n, _ in ctx.dialect.in_flight_uses(conn, t):
+        for name, units in decode_uses(stored).items():
+            in_use[name] = in_use.get(name, 0) + units * n
+    waiting: dict[str, list[int]] = {}  # name -> [jobs, units, largest]
+
+    def count(costs: Mapping[str, int], n: int) -> None:
+        for name, units in costs.items():
+            w = waiting.setdefault(name, [0, 0, 0])
+            w[0] += n
+            w[1] += units * n
+            w[2] = max(w[2], units)
+
+    live = runnable(t, sa.literal(now, sa.Double), costed=True)
+    head = (
+        sa.select(j.c.uses, j.c.type)
+        .where(live, j.c.uses.is_not(None))
+        .limit(WAITING_COUNT_MAX)
+        .subquery()
+    )
+    for row in conn.execute(
+        sa.select(head.c.uses, sa.func.count().label("n")).group_by(head.c.uses)
+    ):
+        count(decode_uses(row.uses), int(row.n))
+    typed = sorted(k for k, v in handler_uses.items() if v)
+    if typed:
+        plain = (
+            sa.select(j.c.type)
+            .where(live, j.c.uses.is_(None), j.c.type.in_(typed))
+            .limit(WAITING_COUNT_MAX)
+            .subquery()
+        )
+        for row in conn.execute(
+            sa.select(plain.c.type, sa.func.count().label("n")).group_by(plain.c.type)
+        ):
+            count(handler_uses[row.type], int(row.n))
+    reserved: dict[str, int] = {}
+    for row in conn.execute(
+        sa.select(res.c.uses)
+        .select_from(res.join(j, j.c.id == res.c.job_id))
+        .where(state_in(t, "ready"))
+    ):
+        for name in decode_uses(row.uses):
+            reserved[name] = reserved.get(name, 0) + 1
+    out = {}
+    for name in names:
+        cap, age = seen.get(name, (None, None))
+        jobs, units, largest = waiting.get(name, [0, 0, 0])
+        out[name] = ResourceStats(
+            name=name, capacity=cap, seen_age=age, in_use=in_use.get(name, 0),
+            waiting=jobs, wanted=units, largest=largest, reserved=reserved.get(name, 0),
+        )
+    return out
 
 
 def check_schema(ctx: StoreContext, conn: Connection) -> None:
@@ -256,6 +349,8 @@ def job_detail(ctx: StoreContext, conn: Connection, job_id: int) -> JobDetail:
         "lease_owner": m["lease_owner"],
         "lease_token": int(m["lease_token"]),
         "unique_key": m["unique_key"],
+        # None: the handler's, if any (written when the job is claimed).
+        "uses": None if m["uses"] is None else dict(decode_uses(m["uses"])),
         "parent_id": None if m["parent_id"] is None else int(m["parent_id"]),
         "args": decode(m["args"]),
         "result": decode(m["result"]),

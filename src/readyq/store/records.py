@@ -29,6 +29,8 @@ class NewJob(NamedTuple):
     parent: int | None = None
     is_container: bool = False
     unique_key: str | None = None
+    # Canonical JSON of the resources the job takes (readyq.resources), or None.
+    uses: str | None = None
 
 
 class BatchJob(NamedTuple):
@@ -119,3 +121,13 @@ class ReclaimResult:
 
 # (job id, lease token) -> whether the outcome was recorded (False: fenced out).
 Applied = dict[tuple[int, int], bool]
+
+
+@dataclass(frozen=True)
+class ResourceView:
+    """What a claim weighs besides the global cap: each resource's capacity now, as the
+    claiming worker evaluates it, and each job type's costs from its handler (applied to
+    jobs stored without their own)."""
+
+    capacity: dict[str, int]
+    handler_uses: dict[str, dict[str, int]]

@@ -55,7 +55,7 @@ from readyq.listing import (
     check_order,
 )
 from readyq.queue import Queue
-from readyq.reports import INSTANTS, iso
+from readyq.reports import INSTANTS, iso, resource_json
 from readyq.web.live import Changes
 from readyq.web.security import (
     CSRF_COOKIE,
@@ -358,7 +358,8 @@ def create_app(
 
     async def overview_data() -> dict[str, Any]:
         ov = await d.call(store.overview, window=SERIES_WINDOW, buckets=SERIES_BUCKETS)
-        return {"ov": ov, "cap": d.cap}
+        resources = await d.call(q.resource_stats)
+        return {"ov": ov, "cap": d.cap, "resources": list(resources.values())}
 
     async def jobs_data(params: Any) -> dict[str, Any]:
         flt = filter_from(params)
@@ -401,7 +402,7 @@ def create_app(
     async def job_page(request: Request) -> Response:
         await d.allow(request, "view")
         job_id = _job_id(request)
-        detail = await d.call(store.job_detail, job_id)
+        detail = await d.call(admin.show, q, job_id)
         did = request.query_params.get("did")
         return d.render(request, "job.html", page_name="jobs", detail=detail, f=detail.fields,
                         INSTANTS=INSTANTS, notice=DID.get(did or ""), problem=None)
@@ -473,7 +474,10 @@ def create_app(
     async def api_overview(request: Request) -> Response:
         await d.allow(request, "view")
         data = await overview_data()
-        return JSONResponse({**data["ov"].to_json(), "cap": data["cap"]})
+        return JSONResponse({
+            **data["ov"].to_json(), "cap": data["cap"],
+            "resources": [resource_json(r) for r in data["resources"]],
+        })
 
     async def api_jobs(request: Request) -> Response:
         await d.allow(request, "view")
