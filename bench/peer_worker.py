@@ -608,7 +608,13 @@ def _readyq(cfg: dict) -> None:
     executed = 0
     lock = __import__("threading").Lock()
 
-    @queue.handler("noop")
+    # The "resources" configuration: one unit of a resource per job, from the handler.
+    uses = None
+    if cfg.get("resource") is not None:
+        queue.resource("slots", capacity=int(cfg["resource"]))
+        uses = {"slots": 1}
+
+    @queue.handler("noop", uses=uses)
     def noop(job: readyq.Job) -> None:
         nonlocal executed
         with lock:

@@ -75,6 +75,7 @@ import peers
 
 import readyq
 from readyq import JobSpec
+from readyq.resources import decode as decode_uses
 
 DEFAULT_PG = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
 DEFAULT_MARIADB = "mysql+pymysql://root@127.0.0.1:3306/test"
@@ -154,6 +155,33 @@ class Row:
     # upstream job finished (must be 0).
     edges: int | None = None
     early: int | None = None
+    # readyq with a resource: its capacity, and the most units in flight at any instant.
+    resource_cap: int | None = None
+    resource_peak: int | None = None
+
+
+# The resource of the "resources" configuration: every job takes one unit of it.
+RESOURCE = "slots"
+
+
+def check_resource(queue: readyq.Queue) -> int:
+    """The most units of RESOURCE held at any instant, from each job's stored costs and
+    its database timestamps (a sweep over [started_at, finished_at], as the peak in
+    flight); every job must have stored the one unit its handler declares."""
+    t = queue.store.tables.jobs
+    with queue.engine.connect() as conn:
+        rows = conn.execute(sa.select(t.c.uses, t.c.started_at, t.c.finished_at)).all()
+    events = []
+    for r in rows:
+        units = decode_uses(r.uses).get(RESOURCE, 0)
+        if units != 1:
+            raise RuntimeError(f"a job ran with uses {r.uses!r}, not one unit of {RESOURCE}")
+        events += [(r.started_at, units), (r.finished_at, -units)]
+    peak = held = 0
+    for _, step in sorted(events):  # at equal times the end sorts first
+        held += step
+        peak = max(peak, held)
+    return peak
 
 
 def check_guarantees(queue: readyq.Queue, jobs: int) -> tuple[int, dict[str, float]]:
@@ -229,6 +257,7 @@ def run_readyq(
     chains: bool = False,
     prepared: bool = True,
     db_name: str = "bench_readyq",
+    resource: int | None = None,
 ) -> Row:
     url = fresh_database(kind, base_url, db_name)
     queue = readyq.Queue(url)
@@ -248,6 +277,7 @@ def run_readyq(
             "max_running": cap,
             "timings_file": timing_files[i],
             "prepare": prepared,
+            "resource": resource,
         }
         for i in range(processes)
     ]
@@ -273,6 +303,7 @@ def run_readyq(
     counts = check.counts()
     peak, shares = check_guarantees(check, jobs)
     edges, early = check_dependency_order(check) if chains else (None, None)
+    resource_peak = check_resource(check) if resource is not None else None
     check.close()
     if counts != {"done": jobs} or run.executed != jobs:
         raise RuntimeError(f"readyq did not run every job exactly once: {counts}, {run.executed}")
@@ -280,9 +311,11 @@ def run_readyq(
     for f in timing_files:
         if os.path.exists(f):
             os.unlink(f)
+    system = f"readyq, chains of {CHAIN}" if chains else f"readyq (batch {cap}/process)"
+    if resource is not None:
+        system = f"readyq (batch {cap}/process), 1 {RESOURCE}"
     return Row(
-        system=(f"readyq, chains of {CHAIN}" if chains else f"readyq (batch {cap}/process)")
-        + ("" if prepared else ", cold"),
+        system=system + ("" if prepared else ", cold"),
         database={"postgresql": "PostgreSQL", "sqlite": "SQLite", "mariadb": "MariaDB"}[kind],
         processes=processes,
         jobs=jobs,
@@ -297,6 +330,8 @@ def run_readyq(
         shares=None if chains else shares,
         edges=edges,
         early=early,
+        resource_cap=resource,
+        resource_peak=resource_peak,
     )
 
 
@@ -556,7 +591,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--mariadb-url", default=DEFAULT_MARIADB)
     ap.add_argument("--skip", nargs="*", default=[],
                     help="parts to skip: peers throughput deep scan enqueue isolation "
-                    "memory")
+                    "memory resources")
     ap.add_argument("--redis-url", default="redis://127.0.0.1:6379/0",
                     help="the Redis of RQ's isolated-jobs row")
     args = ap.parse_args(argv)
@@ -591,6 +626,14 @@ def main(argv: list[str] | None = None) -> int:
                     kind, url, args.jobs, p, args.batch)))
                 configs.append((f"chains {kind}", lambda kind=kind, url=url, p=p: run_readyq(
                     kind, url, args.jobs, p, args.batch, chains=True)))
+                if "resources" not in args.skip:
+                    # Every job takes one unit of a resource as large as the global cap:
+                    # the claim that weighs costs, at a capacity that binds no more than
+                    # the cap does.
+                    configs.append((f"readyq resource {kind}",
+                                    lambda kind=kind, url=url, p=p: run_readyq(
+                                        kind, url, args.jobs, p, args.batch,
+                                        resource=args.batch * p)))
                 minimal_url = loop_url(kind, url)
                 for form in peers.FORMS:
                     configs.append((f"{form} loop {kind}", lambda u=minimal_url, p=p, f=form:
@@ -683,7 +726,10 @@ def main(argv: list[str] | None = None) -> int:
                 if r.processes != p or r.database not in mine:
                     continue
                 ours = mine[r.database]
-                if r.system.startswith("readyq,"):
+                if r.resource_cap is not None:
+                    print(f"  {r.system} / readyq without resources ({r.database}, {p} proc):"
+                          f" {r.jobs_per_s / ours.jobs_per_s:.2f}x{by_round(r, ours)}")
+                elif r.system.startswith("readyq,"):
                     print(f"  readyq, chains / readyq, independent jobs ({r.database}, {p} proc):"
                           f" {r.jobs_per_s / ours.jobs_per_s:.2f}x{by_round(r, ours)}")
                 elif r.system.endswith(f"(batch {LARGE_BATCH})") and r.database in large:
@@ -721,8 +767,12 @@ def main(argv: list[str] | None = None) -> int:
                 continue
             measured = " ".join(f"{g[-1]} {s:.1%}" for g, s in r.shares.items())
             worst = max(abs(s - GROUPS[g] / total) for g, s in r.shares.items())
-            batch = "" if r.system == f"readyq (batch {args.batch}/process)" else \
+            batch = "" if r.system.startswith(f"readyq (batch {args.batch}/process)") else \
                 f", batch {LARGE_BATCH}" + (", cold" if r.system.endswith(", cold") else "")
+            if r.resource_cap is not None:
+                over = "ok" if (r.resource_peak or 0) <= r.resource_cap else "OVERSUBSCRIBED"
+                batch += (f", 1 {RESOURCE} per job: peak {r.resource_peak} / capacity "
+                          f"{r.resource_cap} {over}")
             print(f"  {r.database:10} {r.processes} proc{batch}: peak {r.peak} / cap {r.cap} "
                   f"{verdict}; shares {measured} (largest gap {worst:.1%})")
 

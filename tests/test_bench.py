@@ -16,6 +16,8 @@ from pathlib import Path
 import pytest
 import sqlalchemy as sa
 
+import readyq
+
 BENCH = Path(__file__).resolve().parent.parent / "bench"
 sys.path.insert(0, str(BENCH))
 
@@ -110,6 +112,37 @@ def test_readyq_passes_the_benchmarks_checks(
     else:
         assert row.shares is not None and set(row.shares) == set(run.GROUPS)
         assert sum(row.shares.values()) == pytest.approx(1.0)
+
+
+def test_readyq_with_a_resource_passes_the_benchmarks_checks(
+    server: tuple[str, str, str]
+) -> None:
+    kind, url, name = server
+    # A capacity below the global cap of 20, so that the claim has to hold it.
+    row = run.run_readyq(kind, url, JOBS, 2, 10, db_name=name, resource=6)
+    assert row.jobs == JOBS and row.resource_cap == 6
+    assert row.resource_peak is not None and 0 < row.resource_peak <= 6
+    assert row.peak is not None and row.peak <= 6
+
+
+def test_the_resource_check_counts_overlapping_units(queue: readyq.Queue) -> None:
+    queue.resource(run.RESOURCE, capacity=10)
+    ids = [queue.enqueue("t", uses={run.RESOURCE: 1}) for _ in range(4)]
+    t = queue.store.tables.jobs
+    spans = {ids[0]: (0.0, 10.0), ids[1]: (1.0, 2.0), ids[2]: (1.5, 3.0), ids[3]: (2.0, 4.0)}
+    with queue.engine.begin() as conn:
+        for job_id, (start, end) in spans.items():
+            conn.execute(sa.update(t).where(t.c.id == job_id)
+                         .values(state="done", started_at=start, finished_at=end))
+    # Three at once in [1.5, 2.0): the job ending at 2.0 and the one starting then do not
+    # overlap.
+    assert run.check_resource(queue) == 3
+    queue.enqueue("t")  # a job without the unit is a failed check, not a smaller peak
+    with queue.engine.begin() as conn:
+        conn.execute(sa.update(t).where(t.c.uses.is_(None)).values(started_at=0.0,
+                                                                   finished_at=1.0))
+    with pytest.raises(RuntimeError, match="not one unit"):
+        run.check_resource(queue)
 
 
 def test_the_sqlite_replay_drains_every_layout(tmp_path: Path) -> None:
