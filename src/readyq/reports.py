@@ -146,6 +146,11 @@ def resource_waits(
         r = stats.get(name)
         if r is None or r.capacity is None:
             out.append(f"{name}: needs {units}; no worker has recorded its capacity yet")
+        elif units > r.capacity:
+            out.append(
+                f"{name}: needs {units}, more than its whole capacity of {r.capacity}: it "
+                "waits for the capacity to grow"
+            )
         elif r.in_use + units > r.capacity:
             out.append(
                 f"{name}: needs {units}, {r.in_use} of {r.capacity} in use"

@@ -40,6 +40,12 @@ refutes the invariants over them, offline:
 ``cap``
     at no instant more than ``cap`` leases are live, nor more than ``cap`` handlers run
     under a live lease.
+``resources``
+    no claim takes a named resource's units held by live leases (each job holding its
+    stored ``uses``, from the jobs table) past its capacity at that instant, nor does any
+    handler start take the units held by handlers running under live leases past it. A
+    capacity is fixed, or steps over time; a lowered capacity stops nothing that runs,
+    so only what starts is judged.
 
 This module is imported by the worker processes too, so it does not import pytest.
 """
@@ -58,6 +64,7 @@ from typing import Any
 import sqlalchemy as sa
 
 import readyq
+from readyq.resources import decode as decode_uses
 
 TABLE = "chaos_history"
 WORKER_EVENTS = ("start", "end", "lease_lost", "fenced")
@@ -318,6 +325,8 @@ class JobFacts:
     max_attempts: int = 3
     attempts: int = 0
     lease_token: int = 0
+    # The job's stored costs, as (resource, units) pairs: what its leases hold.
+    uses: tuple[tuple[str, int], ...] = ()
 
 
 def read_jobs(queue: readyq.Queue) -> dict[int, JobFacts]:
@@ -329,7 +338,7 @@ def read_jobs(queue: readyq.Queue) -> dict[int, JobFacts]:
             deps[int(a)].append(int(b))
         rows = conn.execute(sa.select(
             j.c.id, j.c.state, j.c.is_container, j.c.parent_id, j.c.max_attempts,
-            j.c.attempts, j.c.lease_token,
+            j.c.attempts, j.c.lease_token, j.c.uses,
         )).all()
     return {
         int(r.id): JobFacts(
@@ -337,6 +346,7 @@ def read_jobs(queue: readyq.Queue) -> dict[int, JobFacts]:
             parent_id=None if r.parent_id is None else int(r.parent_id),
             deps=tuple(sorted(deps.get(int(r.id), ()))), max_attempts=int(r.max_attempts),
             attempts=int(r.attempts), lease_token=int(r.lease_token),
+            uses=tuple(sorted(decode_uses(r.uses).items())),
         )
         for r in rows
     }
@@ -345,7 +355,7 @@ def read_jobs(queue: readyq.Queue) -> dict[int, JobFacts]:
 # -- the checker --------------------------------------------------------------------------
 
 
-INVARIANTS = ("overlap", "finalize", "terminal", "duplicates", "deps", "cap")
+INVARIANTS = ("overlap", "finalize", "terminal", "duplicates", "deps", "cap", "resources")
 
 
 @dataclass
@@ -387,6 +397,61 @@ def _max_overlap(intervals: Iterable[tuple[float, float]]) -> tuple[int, float]:
     return best, when
 
 
+# A resource's capacity: fixed, or (since, capacity) steps on the database's clock, in
+# force from ``since`` on (the first one also before it).
+Capacity = int | Sequence[tuple[float, int]]
+
+
+def capacity_at(capacity: Capacity, at: float, lag: float = 0.0) -> int:
+    """The capacity in force at ``at``; with ``lag``, the largest in force at any
+    instant of [at - lag, at] (a claimer may have read it that long before it commits)."""
+    if isinstance(capacity, int):
+        return capacity
+    steps = sorted(capacity)
+    if not steps:
+        raise ValueError("a capacity needs at least one (since, capacity) step")
+    best = None
+    for i, (since, value) in enumerate(steps):
+        until = steps[i + 1][0] if i + 1 < len(steps) else math.inf
+        if (i == 0 or since <= at) and until > at - lag:
+            best = value if best is None else max(best, value)
+    assert best is not None
+    return best
+
+
+def over_capacity(
+    spans: Iterable[tuple[int, float, float]],
+    uses: Mapping[int, Mapping[str, int]],
+    name: str,
+    capacity: Capacity,
+    *,
+    lag: float = 0.0,
+    what: str = "leases",
+) -> tuple[int, list[str]]:
+    """The most units of ``name`` that the half-open spans (job, from, to) hold at one
+    instant, and each start that took the units held past the capacity then."""
+    points: list[tuple[float, int, int, int]] = []
+    for job, a, b in spans:
+        units = uses.get(job, {}).get(name, 0)
+        if units:
+            points.append((a, 1, units, job))
+            points.append((b, 0, units, job))
+    points.sort()  # at one instant, ends (0) before starts (1)
+    held = peak = 0
+    found: list[str] = []
+    for at, kind, units, job in points:
+        if not kind:
+            held -= units
+            continue
+        held += units
+        peak = max(peak, held)
+        cap = capacity_at(capacity, at, lag)
+        if held > cap:
+            found.append(f"{name}: job {job} took {units} at {at:.6f}: {held} held by "
+                         f"{what}, capacity {cap}")
+    return peak, found
+
+
 LEASE_ENDS = ("finalize", "reclaim")
 TERMINAL_EVENTS = ("upstream_failed", "cancel", "rollup")
 
@@ -407,6 +472,8 @@ def check(
     killed: Mapping[str, float] | Iterable[str] = (),
     settle: float = 5.0,
     tolerance: float = 0.0,
+    resources: Mapping[str, Capacity] | None = None,
+    capacity_lag: float = 0.0,
 ) -> Report:
     """Prove or refute the invariants (see the module docstring) over ``events``.
 
@@ -416,7 +483,10 @@ def check(
     known): a lease reclaimed from an owner that lived on for ``settle`` seconds is a
     stale writer whose outcome must come back ``fenced``; a killed one may not get to
     say. ``tolerance`` (seconds) absorbs the clock's resolution when comparing instants
-    recorded by different statements.
+    recorded by different statements. ``resources`` (each one's capacity, see
+    :data:`Capacity`) enables the ``resources`` check, with the jobs' costs from ``jobs``;
+    ``capacity_lag`` (seconds) judges a start against the largest capacity in force that
+    long before it, for capacities that step down.
     """
     rep = Report()
     kill_at: dict[str, float] = (
@@ -429,6 +499,9 @@ def check(
 
     lease_intervals: list[tuple[float, float]] = []
     run_intervals: list[tuple[float, float]] = []
+    # The same, with their job: (job, from, to).
+    lease_spans: list[tuple[int, float, float]] = []
+    run_spans: list[tuple[int, float, float]] = []
     done_at: dict[int, float] = {}
     first_claim: dict[int, float] = {}
     terminal_at: dict[int, float] = {}
@@ -482,6 +555,7 @@ def check(
         for token, first in lease_from.items():
             end = end_of(token)
             lease_intervals.append((first.at, end.at if end is not None else horizon + 1e9))
+            lease_spans.append((job, *lease_intervals[-1]))
         if claims:
             first_claim[job] = claims[0].at
             claims_per_job[job] = len(claims)
@@ -506,6 +580,7 @@ def check(
                         and e.worker == s.worker]
             stop = min([x.at for x in finished] + ([end.at] if end else [horizon + 1e9]))
             run_intervals.append((s.at, max(stop, s.at)))
+            run_spans.append((job, *run_intervals[-1]))
         live.sort(key=lambda s: (s.at, s.seq))
         for a, b in pairwise(live):
             end = end_of(a.token)
@@ -647,6 +722,21 @@ def check(
         if peak_runs > cap:
             rep.add("cap", f"{peak_runs} handlers ran at {when_runs:.6f}, cap {cap}")
 
+    # -- named resources
+    peak_uses: dict[str, int] = {}
+    peak_uses_running: dict[str, int] = {}
+    if resources:
+        costs = {j: dict(f.uses) for j, f in (jobs or {}).items() if f.uses}
+        for name, capacity in sorted(resources.items()):
+            peak_uses[name], found = over_capacity(
+                lease_spans, costs, name, capacity, lag=capacity_lag
+            )
+            peak_uses_running[name], more = over_capacity(
+                run_spans, costs, name, capacity, lag=capacity_lag, what="handlers"
+            )
+            for message in found + more:
+                rep.add("resources", message)
+
     # -- fenced outcomes: each one belongs to a lease reclaimed from its worker
     fenced_keys = {(e.job, e.attempt or 0, e.worker or "") for e in fenced}
     wrongly = fenced_keys - stale_writers
@@ -685,6 +775,8 @@ def check(
         orphans_reclaimed=len(orphans),
         peak_leases=peak_leases,
         peak_running=peak_runs,
+        peak_uses=peak_uses,
+        peak_uses_running=peak_uses_running,
         worst_claim_to_terminal=max(latency, default=0.0),
         worst_reclaim_delay=max(reclaim_delays, default=0.0),
         lost=sum(1 for f in (jobs or {}).values() if f.state not in TERMINAL),

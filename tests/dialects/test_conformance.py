@@ -42,8 +42,8 @@ COVERED = {
     "runnable_counts", "in_flight", "in_flight_and_history", "claim_jobs",
     "record_progress", "start_leased", "extend_leases", "hand_back", "lease_rows",
     "mark_done", "error_code", "is_retryable", "is_disconnect", "is_missing_table",
-    "is_permanent", "database", "driver_hint", "in_flight_uses", "group_history",
-    "resource_heads", "claim_ids",
+    "is_permanent", "database", "driver_hint", "in_flight_uses", "resource_heads",
+    "claim_ids",
 }
 
 
@@ -220,7 +220,7 @@ def test_jobs_with_costs_are_only_seen_by_claims_that_weigh_them(seam: Seam) -> 
     assert seam.claim(3) == []
 
 
-def test_in_flight_uses_and_group_history(seam: Seam) -> None:
+def test_in_flight_uses_and_costed_counts(seam: Seam) -> None:
     a = seam.add(2, group="a", weight=3, uses='{"gpu":2}')
     b = seam.add(1, group="a")
     seam.add(1, group="b", uses='{"gpu":1}')
@@ -229,9 +229,12 @@ def test_in_flight_uses_and_group_history(seam: Seam) -> None:
     rows = sorted(seam.d.in_flight_uses(seam.conn, seam.t), key=lambda r: str(r[1]))
     assert rows == [("a", None, 1, 1), ("a", '{"gpu":2}', 2, 3)]
     seam.conn.execute(sa.insert(seam.t.groups).values(group_key="b", vfinish=2.0, served_seq=1))
-    assert seam.d.group_history(seam.conn, seam.t, ["a", "b"]) == {"b": (2.0, 1)}
-    many = [f"k{i}" for i in range(40)]  # more groups than one statement's parameters
-    assert seam.d.group_history(seam.conn, seam.t, [*many, "b"]) == {"b": (2.0, 1)}
+    for types in (["t"], ["t", "u"], None):
+        counts, history = seam.d.runnable_counts(
+            seam.conn, seam.t, seam.now, types, 3, with_history=True, costed=True
+        )
+        assert counts == {"b": (1, 1)} and history == {"b": (2.0, 1)}
+        assert seam.d.runnable_counts(seam.conn, seam.t, seam.now, types, 3)[0] == {}
 
 
 def test_resource_heads_read_each_groups_first_jobs_with_their_costs(seam: Seam) -> None:
@@ -240,7 +243,7 @@ def test_resource_heads_read_each_groups_first_jobs_with_their_costs(seam: Seam)
     seam.add(1, group="b", type="u")
     other = seam.add(3, group="c")
     for types in (["t"], ["t", "u"], None):
-        rows = seam.d.resource_heads(seam.conn, seam.t, seam.now, ["a", "c"], types, 2)
+        rows = seam.d.resource_heads(seam.conn, seam.t, seam.now, {"a": 2, "c": 2}, types)
         by_group: dict[str, list[Any]] = {}
         for r in rows:
             by_group.setdefault(r.group_key, []).append(r)
@@ -249,6 +252,8 @@ def test_resource_heads_read_each_groups_first_jobs_with_their_costs(seam: Seam)
         assert got == {"a": [(-5, high[0]), (0, low[0])], "c": [(0, other[0]), (0, other[1])]}
         uses = {r.id: r.uses for r in rows}
         assert uses[low[0]] == '{"gpu":1}' and uses[high[0]] is None
+    one = seam.d.resource_heads(seam.conn, seam.t, seam.now, {"a": 1, "c": 3}, ["t"])
+    assert sorted(r.id for r in one) == sorted([high[0], *other])
 
 
 def test_claim_ids_leases_only_the_ids_still_runnable(seam: Seam) -> None:

@@ -94,12 +94,16 @@ class ClaimRequest:
     # jobs as they are claimed (running, with a deadline) instead of leaving them leased;
     # the optional max_attempts is given to jobs of the type enqueued without one.
     start: Mapping[str, tuple[Any, ...]] | None = None
+    # job type -> the stored form of its handler's resource costs, written into the jobs
+    # of the type claimed without costs of their own (see readyq.resources).
+    uses: Mapping[str, str] | None = None
 
     def shape(self) -> tuple[Any, ...]:
         """What the claim statement's text depends on (the rest is bound at execution)."""
         return (
             None if self.types is None else tuple(self.types),
             None if self.start is None else tuple(sorted(self.start.items())),
+            None if not self.uses else tuple(sorted(self.uses.items())),
         )
 
     def params(self) -> dict[str, Any]:
@@ -463,14 +467,15 @@ class Dialect(ABC):
         cap: int,
         *,
         with_history: bool = False,
+        costed: bool = False,
     ) -> tuple[dict[str, tuple[int, int]], dict[str, tuple[float, int]]]:
         """group -> (runnable jobs of ``types`` counted up to ``cap``, their largest
         weight), for the groups :meth:`ready_groups` finds; with ``with_history``, also
         the fair-share history (vfinish, served_seq) of those groups, read in the same
-        statements. Counting only up to the cap makes the cost follow the number of
-        groups, not the backlog."""
+        statements; with ``costed``, jobs that take resources count too. Counting only up
+        to the cap makes the cost follow the number of groups, not the backlog."""
         return self._counts_of_groups(
-            conn, t, self.ready_groups(conn, t, types), now, types, cap, with_history
+            conn, t, self.ready_groups(conn, t, types), now, types, cap, with_history, costed
         )
 
     def _counts_of_groups(
@@ -482,6 +487,7 @@ class Dialect(ABC):
         types: Sequence[str] | None,
         cap: int,
         with_history: bool,
+        costed: bool = False,
     ) -> tuple[dict[str, tuple[int, int]], dict[str, tuple[float, int]]]:
         j, g = t.jobs, t.groups
         shape = None if types is None else tuple(types)
@@ -491,7 +497,9 @@ class Dialect(ABC):
             for i in range(n):
                 key = sa.bindparam(f"g{i}", type_=j.c.group_key.type)
                 cap_param = sa.bindparam("cap", type_=sa.Integer)
-                head = self._by_type(runnable_head(t, now, key, types, cap_param), t, types)
+                head = self._by_type(
+                    runnable_head(t, now, key, types, cap_param, costed), t, types
+                )
                 counted = head.subquery()
                 columns: list[Any] = [
                     sa.literal(i).label("i"),
@@ -518,7 +526,7 @@ class Dialect(ABC):
             chunk = groups[start : start + COUNTS_PER_STATEMENT]
             n = len(chunk)
             stmt = self.cached(
-                ("runnable_counts", j.name, shape, n, with_history), partial(build, n)
+                ("runnable_counts", j.name, shape, n, with_history, costed), partial(build, n)
             )
             params: dict[str, Any] = {f"g{i}": key for i, key in enumerate(chunk)}
             params["cap"] = cap
@@ -659,35 +667,18 @@ class Dialect(ABC):
         stmt = self.cached(("in_flight_uses", t.jobs.name), build)
         return [(r[0], r[1], int(r[2]), int(r[3])) for r in self.execute(conn, stmt)]
 
-    def group_history(
-        self, conn: Connection, t: Tables, groups: Sequence[str]
-    ) -> dict[str, tuple[float, int]]:
-        """The fair-share history (vfinish, served_seq) of ``groups`` that have one."""
-        g = t.groups
-        out: dict[str, tuple[float, int]] = {}
-        for start in range(0, len(groups), PER_GROUP_PARAMS):
-            chunk = list(groups[start : start + PER_GROUP_PARAMS])
-            rows = conn.execute(
-                sa.select(g.c.group_key, g.c.vfinish, g.c.served_seq).where(
-                    g.c.group_key.in_(chunk)
-                )
-            )
-            out.update({r[0]: (float(r[1]), int(r[2])) for r in rows})
-        return out
-
     def resource_heads(
         self,
         conn: Connection,
         t: Tables,
         now: sa.ColumnElement[float],
-        groups: Sequence[str],
+        heads: Mapping[str, int],
         types: Sequence[str] | None,
-        n: int,
     ) -> list[Any]:
-        """(id, group_key, type, uses, weight, priority) of each group's first ``n``
-        runnable jobs of ``types``, jobs that take resources included:
-        one ``UNION ALL`` of per-group reads for up to ``COUNTS_PER_STATEMENT`` groups
-        (whose order the caller restores from the priority and id)."""
+        """(id, group_key, type, uses, weight, priority) of the first ``heads[group]``
+        runnable jobs of ``types`` of each group, jobs that take resources included: one
+        ``UNION ALL`` of per-group reads for up to ``COUNTS_PER_STATEMENT`` groups (whose
+        order the caller restores from the priority and id)."""
         j = t.jobs
         columns = (j.c.id, j.c.group_key, j.c.type, j.c.uses, j.c.weight, j.c.priority)
 
@@ -696,7 +687,7 @@ class Dialect(ABC):
             for i in range(size):
                 head = claim_head(
                     t, now, sa.bindparam(f"g{i}", type_=j.c.group_key.type), types,
-                    sa.bindparam("n", type_=sa.Integer), *columns,
+                    sa.bindparam(f"n{i}", type_=sa.Integer), *columns,
                     part=lambda stmt, type_: self._by_type(stmt, t, [type_]), costed=True,
                 )
                 if merged_types(types) is None:
@@ -707,13 +698,16 @@ class Dialect(ABC):
 
         rows: list[Any] = []
         shape = None if types is None else tuple(types)
+        groups = sorted(heads)
         for start in range(0, len(groups), COUNTS_PER_STATEMENT):
             chunk = groups[start : start + COUNTS_PER_STATEMENT]
             stmt = self.cached(
                 ("resource_heads", j.name, shape, len(chunk)), partial(build, len(chunk))
             )
-            params: dict[str, Any] = {f"g{i}": key for i, key in enumerate(chunk)}
-            params["n"] = n
+            params: dict[str, Any] = {}
+            for i, key in enumerate(chunk):
+                params[f"g{i}"] = key
+                params[f"n{i}"] = heads[key]
             rows.extend(self.execute(conn, stmt, params).all())
         return rows
 
@@ -732,29 +726,40 @@ class Dialect(ABC):
         if not ids:
             return []
         j = t.jobs
-        still = sa.and_(
-            self._ids_match(j.c.id, ids), state_in(t, "ready"), run_after_passed(t, now)
-        )
-        params = {"rq_owner": req.owner, "rq_ttl": req.ttl}
-        if self.capabilities.returning:
-            stmt = (
-                sa.update(j)
-                .where(still)
-                .values(**lease_values(t, req, now))
-                .returning(*claim_columns(t))
+
+        def still() -> sa.ColumnElement[bool]:
+            return sa.and_(
+                self._ids_in(j.c.id, "rq_ids"), state_in(t, "ready"), run_after_passed(t, now)
             )
-            return [claimed_from_row(row) for row in conn.execute(stmt, params).all()]
-        rows = conn.execute(
-            sa.select(*claim_columns(t)).where(still).order_by(j.c.id).with_for_update()
-        ).all()
+
+        # Built once per shape of the request, the ids bound at execution.
+        params = {"rq_owner": req.owner, "rq_ttl": req.ttl, "rq_ids": list(ids)}
+        if self.capabilities.returning:
+            stmt = self.cached(
+                ("claim_ids", j.name, req.shape()),
+                lambda: sa.update(j)
+                .where(still())
+                .values(**lease_values(t, req, now))
+                .returning(*claim_columns(t)),
+            )
+            return [claimed_from_row(row) for row in self.execute(conn, stmt, params).all()]
+        select = self.cached(
+            ("claim_ids_read", j.name),
+            lambda: sa.select(*claim_columns(t))
+            .where(still())
+            .order_by(j.c.id)
+            .with_for_update(),
+        )
+        rows = self.execute(conn, select, {"rq_ids": list(ids)}).all()
         if not rows:
             return []
-        conn.execute(
-            sa.update(j)
-            .where(self._ids_match(j.c.id, [r[0] for r in rows]))
+        update = self.cached(
+            ("claim_ids_write", j.name, req.shape()),
+            lambda: sa.update(j)
+            .where(self._ids_in(j.c.id, "rq_ids"))
             .values(**lease_values(t, req, now)),
-            params,
         )
+        self.execute(conn, update, {**params, "rq_ids": [r[0] for r in rows]})
         return [claimed_from_row(row, before_update=True, req=req) for row in rows]
 
     # -- leases -------------------------------------------------------------------------
@@ -1066,6 +1071,12 @@ def lease_values(t: Tables, req: ClaimRequest, now: sa.ColumnElement[float]) -> 
         "updated_at": now,
         "cancel_requested": False,
     }
+    if req.uses:
+        # Jobs stored without costs take their handler's, recorded here so that every
+        # other claim counts them while they are in flight.
+        values["uses"] = sa.func.coalesce(
+            j.c.uses, sa.case(dict(req.uses), value=j.c.type, else_=sa.null())
+        )
     if req.start is not None:
         timeouts = {k: v[0] for k, v in req.start.items() if v[0] is not None}
         retries = {k: v[1] for k, v in req.start.items()}

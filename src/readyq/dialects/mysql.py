@@ -330,14 +330,17 @@ class MySQLDialect(Dialect):
         cap: int,
         *,
         with_history: bool = False,
+        costed: bool = False,
     ) -> tuple[dict[str, tuple[int, int]], dict[str, tuple[float, int]]]:
         """Without the history, :meth:`_known_group_counts` when it can answer; else the
         portable statements (whose skip scan, :meth:`ready_groups`, learns the groups)."""
-        if not with_history:
+        if not with_history and not costed:
             counts = self._known_group_counts(conn, t, now, types, cap)
             if counts is not None:
                 return counts, {}
-        return super().runnable_counts(conn, t, now, types, cap, with_history=with_history)
+        return super().runnable_counts(
+            conn, t, now, types, cap, with_history=with_history, costed=costed
+        )
 
     def _known_group_counts(
         self,

@@ -477,12 +477,15 @@ class PostgresDialect(Dialect):
         cap: int,
         *,
         with_history: bool = False,
+        costed: bool = False,
     ) -> tuple[dict[str, tuple[int, int]], dict[str, tuple[float, int]]]:
         """One statement: a recursive skip scan walks the ready index from group to
         group, and a LATERAL subquery counts each group's runnable head up to the cap.
         (With the history, the portable statements.)"""
-        if with_history:
-            return super().runnable_counts(conn, t, now, types, cap, with_history=True)
+        if with_history or costed:
+            return super().runnable_counts(
+                conn, t, now, types, cap, with_history=with_history, costed=costed
+            )
 
         def build() -> sa.Select[Any]:
             cap_param = sa.bindparam("cap", type_=sa.Integer)

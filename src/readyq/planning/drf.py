@@ -24,7 +24,9 @@ free, that job is *reserved*: the free units of every resource it needs (the glo
 cap included) are held for it, up to what it needs, and it stays reserved across
 claims until it starts. Jobs behind it, of any group, may only take units it does not
 need, so it waits no longer than the jobs holding its units when it was reserved take to
-finish (and than a capacity shrink lasts). Reservations are served oldest first.
+finish (and than a capacity shrink lasts). Reservations are served oldest first. A job
+that needs more than a resource's whole capacity as it is now is neither reserved nor
+held for: it waits for the capacity to grow, and its group's later jobs wait behind it.
 """
 
 from __future__ import annotations
@@ -137,6 +139,11 @@ def _fits(cost: Mapping[str, int], free: Mapping[str, int]) -> bool:
     return all(units <= free.get(name, 0) for name, units in cost.items())
 
 
+def _possible(cost: Mapping[str, int], capacity: Mapping[str, int]) -> bool:
+    """Whether ``cost`` fits in the whole capacity, were nothing else in flight."""
+    return all(units <= capacity.get(name, 0) for name, units in cost.items())
+
+
 def _take(cost: Mapping[str, int], free: dict[str, int], *, at_most: bool = False) -> None:
     """Take ``cost`` from ``free`` (with ``at_most``, only what is free of it)."""
     for name, units in cost.items():
@@ -195,8 +202,10 @@ def plan_starts(
             vfinish[job.group] = start + dominant(job.cost, capacity) / w
             serve(job)
             served.add(job.id)
-        else:
+        elif _possible(job.cost, capacity):
             _take(job.cost, free, at_most=True)
+        # A job larger than a capacity as it is now holds nothing until the capacity
+        # grows: holding units for it would stop every other job and gain it nothing.
 
     # Quotas in dominant units. What a group wants of each resource: what it holds,
     # plus its runnable jobs at the mean cost of the first of them.
@@ -261,7 +270,11 @@ def plan_starts(
         if not _fits(job.cost, free):
             # It does not fit. Next in fair-share order, it holds what it needs of what
             # is free; either way its group is left out of this claim.
-            if best not in waiting and (not held_back or start <= min(held_back)):
+            if (
+                best not in waiting
+                and (not held_back or start <= min(held_back))
+                and _possible(job.cost, capacity)
+            ):
                 _take(job.cost, free, at_most=True)
                 reserve.append(job)
             continue

@@ -6,11 +6,12 @@ of a claimed job; what a sweep did. Plain tuples and frozen dataclasses, no beha
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import Enum
 from typing import NamedTuple
 
 from readyq.model import ClaimedJob
+from readyq.resources import encode
 
 
 class NewJob(NamedTuple):
@@ -131,3 +132,11 @@ class ResourceView:
 
     capacity: dict[str, int]
     handler_uses: dict[str, dict[str, int]]
+    # The stored form of each handler's costs (readyq.resources.encode), by type.
+    handler_text: dict[str, str] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        texts = {t: encode(u) for t, u in self.handler_uses.items()}
+        object.__setattr__(
+            self, "handler_text", {t: x for t, x in texts.items() if x is not None}
+        )

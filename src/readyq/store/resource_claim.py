@@ -22,7 +22,7 @@ and planned starts beyond a limit's allowance are dropped, in plan order.
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import sqlalchemy as sa
@@ -92,19 +92,21 @@ def record_capacities(
 def reservation_rows(ctx: StoreContext, conn: Connection) -> list[Any]:
     """Every reservation, oldest first, with what is now true of its job (NULLs for a
     job that is gone)."""
-    t = ctx.tables
+    t, d = ctx.tables, ctx.dialect
     r, j = t.reservations, t.jobs
-    due = sa.or_(j.c.run_after.is_(None), j.c.run_after <= ctx.now)
-    return list(
-        conn.execute(
+
+    def build() -> sa.Select[Any]:
+        due = sa.or_(j.c.run_after.is_(None), j.c.run_after <= ctx.now)
+        return (
             sa.select(
                 r.c.job_id, r.c.seq, r.c.uses, j.c.state, j.c.type, j.c.group_key,
                 j.c.weight, sa.case((due, True), else_=False).label("due"),
             )
             .select_from(r.outerjoin(j, j.c.id == r.c.job_id))
             .order_by(r.c.seq, r.c.job_id)
-        ).all()
-    )
+        )
+
+    return list(d.execute(conn, d.cached(("reservations", r.name), build)).all())
 
 
 def claim_weighed(
@@ -149,12 +151,18 @@ def claim_weighed(
         if not types:
             return NOTHING
     known = set(view.capacity)
+    # Per stored form (None: the handler's, per type), the cost with the global slot, or
+    # None for a resource this worker cannot keep (left to the workers that can).
+    costs: dict[tuple[str | None, str], dict[str, int] | None] = {}
 
     def cost(type_: str, stored: str | None) -> dict[str, int] | None:
-        uses = decode(stored) if stored is not None else view.handler_uses.get(type_, {})
-        if any(name not in known for name in uses):
-            return None  # a resource this worker cannot keep: left to those that can
-        return {GLOBAL: 1, **uses}
+        key = (stored, type_ if stored is None else "")
+        if key not in costs:
+            uses = decode(stored) if stored is not None else view.handler_uses.get(type_, {})
+            costs[key] = (
+                None if any(name not in known for name in uses) else {GLOBAL: 1, **uses}
+            )
+        return costs[key]
 
     # Standing reservations: dropped when their job is no longer ready.
     drop: list[int] = []
@@ -175,62 +183,54 @@ def claim_weighed(
         )
         weight[row.group_key] = max(weight.get(row.group_key, 1), int(row.weight))
 
-    groups = d.ready_groups(conn, t, types)
-    heads: dict[str, list[Candidate]] = {}
-    order: dict[int, tuple[int, int]] = {}
-    from_handler: dict[int, str] = {}
-    if groups:
-        n = min(max(cap, 1), HEADS_MAX)
-        for row in d.resource_heads(conn, t, now, groups, types, n):
-            c = cost(row.type, row.uses)
-            if c is None:
-                continue
-            job_id = int(row.id)
-            heads.setdefault(row.group_key, []).append(
-                Candidate(job_id, row.group_key, c, row.type)
-            )
-            order[job_id] = (-int(row.priority), job_id)
-            weight[row.group_key] = max(weight.get(row.group_key, 1), int(row.weight))
-            if row.uses is None and len(c) > 1:
-                text = encode({k: v for k, v in c.items() if k != GLOBAL})
-                assert text is not None
-                from_handler[job_id] = text
-    if not heads and not standing:
+    # The ready groups: their runnable jobs counted up to the cap (costs included), their
+    # largest weight and their fair-share history, in one read.
+    ready, history = d.runnable_counts(
+        conn, t, now, types, cap, with_history=True, costed=True
+    )
+    for key, (_, w) in ready.items():
+        weight[key] = max(weight.get(key, 1), w)
+    if not ready and not standing:
         _drop_reservations(ctx, conn, drop)
         return NOTHING
-    keys = sorted(set(heads) | set(held) | {r.job.group for r in standing})
-    history = d.group_history(conn, t, keys)
-    states = []
-    for key in keys:
-        mine_heads = sorted(heads.get(key, ()), key=lambda c: order[c.id])
-        hist = history.get(key)
-        states.append(
-            GroupState(
-                key=key,
-                weight=weight.get(key, 1),
-                held=held.get(key, {}),
-                runnable=len(mine_heads),
-                heads=mine_heads,
-                vfinish=None if hist is None else hist[0],
-                served_seq=0 if hist is None else hist[1],
-            )
-        )
     capacity = {GLOBAL: cap, **view.capacity}
     vclock, seq = float(gate.vclock), int(gate.seq)
-    plan = plan_starts(capacity, states, vclock, reservations=standing, max_claims=limit)
+    most = min(limit, cap - in_flight)
+    # Each group's first jobs, about its weight's part of the claim (the order gives a
+    # group about that many starts); a group whose jobs the plan used up, with more to
+    # run, is read again in full and the plan made again.
+    total = sum(weight[k] for k in ready) or 1
+    want = {
+        key: min(n, most, HEADS_MAX, max(2, -(-most * weight[key] // total) + 1))
+        for key, (n, _) in ready.items()
+    }
+    heads: dict[str, list[Candidate]] = {}
+    for _ in range(2):
+        heads = read_heads(ctx, conn, want, types, cost)
+        states = group_states(heads, held, ready, weight, history, standing)
+        plan = plan_starts(capacity, states, vclock, reservations=standing, max_claims=limit)
+        taken = plan.claims
+        short = {
+            key: min(n, most, HEADS_MAX)
+            for key, (n, _) in ready.items()
+            if taken.get(key, 0) >= len(heads.get(key, ())) and want[key] < min(n, most)
+        }
+        if not short or len(plan.picks) >= most:
+            break
+        want.update(short)
     picks = list(plan.picks)
     if budget is not None:
         picks = _within_allowance(picks, budget)
     claimed: list[ClaimedJob] = []
     if picks:
         request = ClaimRequest(
-            owner=owner, group="", limit=len(picks), ttl=ttl, types=types, start=start
+            owner=owner, group="", limit=len(picks), ttl=ttl, types=types, start=start,
+            uses=view.handler_text,
         )
         claimed = d.claim_ids(conn, t, request, [c.id for c in picks], now)
     if budget is not None and claimed:
         budget.spend(conn, claimed)
     got = {c.id for c in claimed}
-    _write_handler_costs(ctx, conn, {i: u for i, u in from_handler.items() if i in got})
     # A served reservation is done with, claimed or not (a job it could not claim was
     # changed by another transaction: the next claim looks again).
     drop += plan.served_reservations
@@ -254,6 +254,53 @@ def claim_weighed(
     return ClaimReceipt(len(claimed), lambda: claimed)
 
 
+def read_heads(
+    ctx: StoreContext,
+    conn: Connection,
+    want: Mapping[str, int],
+    types: Sequence[str] | None,
+    cost: Callable[[str, str | None], dict[str, int] | None],
+) -> dict[str, list[Candidate]]:
+    """The first ``want[group]`` runnable jobs of each group, in claim order, with their
+    costs (a job whose costs name a resource this worker does not keep is left out)."""
+    heads: dict[str, list[tuple[tuple[int, int], Candidate]]] = {}
+    for row in ctx.dialect.resource_heads(conn, ctx.tables, ctx.now, want, types):
+        c = cost(row.type, row.uses)
+        if c is not None:
+            job_id = int(row.id)
+            heads.setdefault(row.group_key, []).append(
+                ((-int(row.priority), job_id), Candidate(job_id, row.group_key, c, row.type))
+            )
+    return {k: [c for _, c in sorted(v, key=lambda x: x[0])] for k, v in heads.items()}
+
+
+def group_states(
+    heads: Mapping[str, Sequence[Candidate]],
+    held: Mapping[str, Mapping[str, int]],
+    ready: Mapping[str, tuple[int, int]],
+    weight: Mapping[str, int],
+    history: Mapping[str, tuple[float, int]],
+    standing: Sequence[Reserved],
+) -> list[GroupState]:
+    """What the planner knows of each group that has work, holds some, or a reservation."""
+    keys = sorted(set(ready) | set(heads) | set(held) | {r.job.group for r in standing})
+    states = []
+    for key in keys:
+        hist = history.get(key)
+        states.append(
+            GroupState(
+                key=key,
+                weight=weight.get(key, 1),
+                held=held.get(key, {}),
+                runnable=ready.get(key, (len(heads.get(key, ())), 0))[0],
+                heads=heads.get(key, ()),
+                vfinish=None if hist is None else hist[0],
+                served_seq=0 if hist is None else hist[1],
+            )
+        )
+    return states
+
+
 def _within_allowance(picks: Sequence[Candidate], budget: Budget) -> list[Candidate]:
     """The picks, in order, without those past their rate limit's allowance."""
     used: dict[str, int] = {}
@@ -266,16 +313,6 @@ def _within_allowance(picks: Sequence[Candidate], budget: Budget) -> list[Candid
             used[name] = used.get(name, 0) + 1
         kept.append(c)
     return kept
-
-
-def _write_handler_costs(ctx: StoreContext, conn: Connection, costs: Mapping[int, str]) -> None:
-    """Store the handler's costs in claimed rows that had none of their own."""
-    j = ctx.tables.jobs
-    by_text: dict[str, list[int]] = {}
-    for job_id, text in costs.items():
-        by_text.setdefault(text, []).append(job_id)
-    for text, ids in sorted(by_text.items()):
-        conn.execute(sa.update(j).where(j.c.id.in_(sorted(ids))).values(uses=text))
 
 
 def _drop_reservations(ctx: StoreContext, conn: Connection, ids: Sequence[int]) -> None:
