@@ -115,6 +115,8 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--slow-claim-hold", type=float, default=0.5)
     p.add_argument("--marker-dir")
     p.add_argument("--stats-file")
+    p.add_argument("--resource", action="append", default=[], metavar="NAME=CAPACITY",
+                   help="a resource this worker defines (its jobs carry their own uses)")
     return p.parse_args(argv)
 
 
@@ -126,6 +128,9 @@ def main(argv: list[str] | None = None) -> int:
         format=f"%(asctime)s {wid} %(threadName)s %(name)s %(levelname)s %(message)s",
     )
     queue = readyq.Queue(args.url)
+    for item in args.resource:
+        name, _, capacity = item.partition("=")
+        queue.resource(name, capacity=int(capacity))
     recorder = Recorder(args.url, wid, queue.store.now)
     active = Active()
 

@@ -69,6 +69,10 @@ class Config:
     upfront: float = 0.6  # share of the plain jobs enqueued before the workers start
     drain_timeout: float = 90.0
     seed: int = 0
+    # Named resources every worker defines; a share of the plain jobs takes 1 or 2 units
+    # of each, and the checker holds every instant's use to the capacity.
+    resources: dict[str, int] = field(default_factory=lambda: {"gpu": 3})
+    costed: float = 0.3
     log: Callable[[str], None] = print
 
 
@@ -141,6 +145,11 @@ class Result:
             f"): {self.skewed[0]} processes started {self.skewed[1]} attempts",
             f"  -> peak leases {f['peak_leases']} / "
             f"running {f['peak_running']} (cap {self.config.cap}); end states {self.counts}",
+            *(
+                [f"  -> resources: peak units held {f.get('peak_uses')} / capacity "
+                 f"{self.config.resources}"]
+                if self.config.resources else []
+            ),
             "  -> checker: " + self.report.summary().replace("\n", "\n     "),
             *(f"  !! {p}" for p in self.problems),
         ]
@@ -164,7 +173,8 @@ def retrying(fn: Callable[[], Any], *, seconds: float = 120.0) -> Any:
 
 
 def workload(
-    rnd: random.Random, plain: int, upfront: float
+    rnd: random.Random, plain: int, upfront: float,
+    resources: dict[str, int] | None = None, costed: float = 0.0,
 ) -> tuple[list[JobSpec], list[list[JobSpec]]]:
     """The DAG (chains, fan-ins, nested containers) and plain jobs in waves.
 
@@ -204,8 +214,13 @@ def workload(
     for i in range(4):  # attempts that overrun their timeout (1 s), swept and fenced out
         # The late result of attempt 1 (at 2.5 s) arrives while attempt 2 runs.
         dag.append(JobSpec("slow", {"first_ms": 2500, "ms": 800}, key=f"s{i}", max_attempts=20))
+    def uses() -> dict[str, int] | None:
+        if not resources or rnd.random() >= costed:
+            return None
+        return {name: rnd.randint(1, min(2, cap)) for name, cap in resources.items()}
+
     specs = [
-        JobSpec("chaos", job(), group=g, weight=w, max_attempts=20)
+        JobSpec("chaos", job(), group=g, weight=w, max_attempts=20, uses=uses())
         for g, w in (groups[rnd.randrange(4)] for _ in range(plain))
     ]
     first = int(len(specs) * upfront)
@@ -291,6 +306,8 @@ class Nemesis:
         ]
         if self.cfg.max_running:
             cmd += ["--max-running", str(self.cfg.max_running)]
+        for resource, capacity in self.cfg.resources.items():
+            cmd += ["--resource", f"{resource}={capacity}"]
         if "claimkill" in self.cfg.faults and slot == 0:
             cmd += ["--slow-claim", "0.02", "--slow-claim-hold", "0.4",
                     "--marker-dir", str(self.markers)]
@@ -464,7 +481,9 @@ class Nemesis:
         began = time.monotonic()
         self.queue.create_schema()
         history.install(self.queue)
-        upfront, waves = workload(self.rnd, cfg.jobs, cfg.upfront)
+        for name, capacity in cfg.resources.items():
+            self.queue.resource(name, capacity=capacity)
+        upfront, waves = workload(self.rnd, cfg.jobs, cfg.upfront, cfg.resources, cfg.costed)
         self.queue.enqueue_many(upfront)
         for slot in range(cfg.workers):
             self.spawn(slot)
@@ -542,7 +561,8 @@ class Nemesis:
         jobs = history.read_jobs(self.queue)
         tolerance = 0.002 if cfg.dialect == "sqlite" else 0.0
         report = history.check(events, jobs, cap=cfg.cap, killed=self.killed,
-                               settle=self.settle(), tolerance=tolerance)
+                               settle=self.settle(), tolerance=tolerance,
+                               resources=cfg.resources or None)
         if report.figures["stale_writers_unreported"]:
             self.problems.append("stale writers never told they were fenced out: "
                                  f"{report.figures['stale_writers_unreported'][:10]}")

@@ -62,6 +62,9 @@ def test_no_job_is_lost_or_run_twice_under_kills_freezes_and_lost_connections(
     assert f["duplicate_starts"] == sum(f["duplicates_explained"].values())
     assert f["fenced_observed"] >= f["stale_writers_must_report"]
     assert f["peak_leases"] <= cfg.cap
+    # The resource was used, and never held past its capacity at any instant.
+    for name, capacity in cfg.resources.items():
+        assert 0 < f["peak_uses"][name] <= capacity, (name, f["peak_uses"])
 
 
 @pytest.mark.parametrize("db", ["postgresql", "mariadb"], indirect=True)

@@ -182,6 +182,14 @@ def plan_starts(
     vfinish: dict[str, float] = {}
     last: dict[str, int] = {}
     clock = vclock
+    # Jobs of one kind share one cost mapping: its dominant cost is worked out once.
+    unit_cost: dict[int, float] = {}
+
+    def cost_of(job: Candidate) -> float:
+        found = unit_cost.get(id(job.cost))
+        if found is None:
+            found = unit_cost[id(job.cost)] = dominant(job.cost, capacity)
+        return found
 
     def serve(job: Candidate) -> None:
         picks.append(job)
@@ -199,7 +207,7 @@ def plan_starts(
             w = owner.weight if owner is not None else 1
             before = vfinish.get(job.group, owner.vfinish if owner is not None else None)
             start = clock if before is None else max(clock, before)
-            vfinish[job.group] = start + dominant(job.cost, capacity) / w
+            vfinish[job.group] = start + cost_of(job) / w
             serve(job)
             served.add(job.id)
         elif _possible(job.cost, capacity):
@@ -285,7 +293,7 @@ def plan_starts(
         queue[best].pop(0)
         serve(job)
         order += 1
-        tag = vfinish[best] = start + dominant(job.cost, capacity) / weight[best]
+        tag = vfinish[best] = start + cost_of(job) / weight[best]
         if queue[best]:
             if eligible(best):
                 # Served groups queue behind the ones never served in this plan.
@@ -309,7 +317,7 @@ def plan_starts(
             start, _, best = min(fitting)
             job = queue[best].pop(0)
             serve(job)
-            vfinish[best] = start + dominant(job.cost, capacity) / weight[best]
+            vfinish[best] = start + cost_of(job) / weight[best]
     return DrfPlan(
         picks=tuple(picks),
         reserve=tuple(reserve),
