@@ -67,10 +67,17 @@ BAD_END_STATE_EXPRESSION = f"CASE WHEN {BAD_END} THEN state END"
 
 
 MAX_KEY_CHARS = 200
-# A job's resource costs as canonical JSON (readyq.resources bounds its length).
+# A job's resource costs as canonical JSON (readyq.resources bounds its length). SQLite
+# enforces no length, and its planner sizes rows by the declared ones: a wide VARCHAR
+# there tips its choice of index for the listings, so it is plain TEXT.
 MAX_USES_CHARS = 1000
-Uses = sa.String(MAX_USES_CHARS).with_variant(
-    mysql.VARCHAR(MAX_USES_CHARS, charset="utf8mb4", collation="utf8mb4_bin"), "mysql", "mariadb"
+Uses = (
+    sa.String(MAX_USES_CHARS)
+    .with_variant(
+        mysql.VARCHAR(MAX_USES_CHARS, charset="utf8mb4", collation="utf8mb4_bin"),
+        "mysql", "mariadb",
+    )
+    .with_variant(sa.Text(), "sqlite")
 )
 
 

@@ -28,8 +28,11 @@ branch_labels = None
 depends_on = None
 
 # As written by this revision, whatever later versions of schema.py say.
-USES = sa.String(1000).with_variant(
-    mysql.VARCHAR(1000, charset="utf8mb4", collation="utf8mb4_bin"), "mysql", "mariadb"
+USES = (
+    sa.String(1000)
+    .with_variant(mysql.VARCHAR(1000, charset="utf8mb4", collation="utf8mb4_bin"),
+                  "mysql", "mariadb")
+    .with_variant(sa.Text(), "sqlite")
 )
 KEY = sa.String(200).with_variant(
     mysql.VARCHAR(200, charset="utf8mb4", collation="utf8mb4_bin"), "mysql", "mariadb"
