@@ -283,15 +283,18 @@ def show(queue: Queue, job_id: int) -> JobDetail:
     f = detail.fields
     if f["state"] != "ready" or f["is_container"]:
         return detail
+    held = queue.store.reservation(job_id)
     uses = f["uses"]
     if uses is None:
+        # The handler's costs: this queue's registration, else what the worker that
+        # reserved the job resolved.
         spec = queue.handlers.get(f["type"])
-        uses = dict(spec.uses) if spec is not None else {}
+        uses = dict(spec.uses) if spec is not None else (held or {})
     if not uses:
         return detail
     stats = queue.resource_stats()
-    reserved = queue.store.is_reserved(job_id)
-    return dataclasses.replace(detail, waits_for=resource_waits(uses, stats, reserved))
+    waits = resource_waits(uses, stats, held is not None)
+    return dataclasses.replace(detail, waits_for=waits)
 
 
 def dag(queue: Queue, job_id: int, *, max_nodes: int = 200) -> Graph:

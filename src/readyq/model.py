@@ -146,7 +146,9 @@ class ResourceStats:
             claimed with it defined yet).
         seen_age: seconds since a claim last recorded that capacity (None likewise).
         in_use: units held by the jobs in flight, on every worker.
-        waiting: runnable jobs that use it (counted up to 10,000).
+        waiting: runnable jobs that use it (counted up to 10,000). A job enqueued without
+            costs counts with its handler's when read through a queue that has the
+            handler, and once a worker reserved it otherwise.
         wanted: units those jobs ask for, in all.
         largest: the most units one of them asks for.
         reserved: jobs whose units are held for them because they were next in

@@ -50,6 +50,7 @@ from readyq.reports import (
     Status,
     WorkerReport,
 )
+from readyq.resources import decode as decode_uses
 from readyq.schema import GATE_ID, Tables, build_tables
 from readyq.store import claim as claim_unit
 from readyq.store import control, enqueue, inspection, outcomes, resource_claim, sweeps
@@ -463,15 +464,14 @@ class Store:
             return int(done.args[0])
         raise AssertionError("a dry run's unit always raises")  # pragma: no cover
 
-    def is_reserved(self, job_id: int) -> bool:
-        """Whether units are held for the job (it was next in fair-share order and did
-        not fit)."""
+    def reservation(self, job_id: int) -> dict[str, int] | None:
+        """The costs held for the job if it is reserved (it was next in fair-share order
+        and did not fit), else None."""
         r = self.tables.reservations
-        return self.read(
-            lambda conn: conn.execute(
-                sa.select(r.c.job_id).where(r.c.job_id == job_id)
-            ).first() is not None
+        row = self.read(
+            lambda conn: conn.execute(sa.select(r.c.uses).where(r.c.job_id == job_id)).first()
         )
+        return None if row is None else dict(decode_uses(row.uses))
 
     def known_resources(self) -> dict[str, int]:
         """The resources workers' claims have recorded, with their capacities."""

@@ -143,7 +143,8 @@ def resource_stats(
 ) -> dict[str, ResourceStats]:
     """Per resource (those ``defined`` and those workers recorded): the capacity last
     recorded, the units in flight, the runnable jobs that use it (those stored without
-    costs take ``handler_uses`` of their type) and the reservations that hold it."""
+    costs take ``handler_uses`` of their type, or, reserved, the costs their reservation
+    holds) and the reservations that hold it."""
     t = ctx.tables
     j, r, res = t.jobs, t.resources, t.reservations
     now = float(conn.execute(sa.select(ctx.now)).scalar_one())
@@ -190,12 +191,16 @@ def resource_stats(
             count(handler_uses[row.type], int(row.n))
     reserved: dict[str, int] = {}
     for row in conn.execute(
-        sa.select(res.c.uses)
+        sa.select(res.c.uses, j.c.uses.label("stored"), j.c.type)
         .select_from(res.join(j, j.c.id == res.c.job_id))
         .where(state_in(t, "ready"))
     ):
-        for name in decode_uses(row.uses):
+        costs = decode_uses(row.uses)
+        for name in costs:
             reserved[name] = reserved.get(name, 0) + 1
+        if row.stored is None and row.type not in typed:
+            # Its handler's costs, unknown here but resolved by the claim that reserved it.
+            count(costs, 1)
     out = {}
     for name in names:
         cap, age = seen.get(name, (None, None))
