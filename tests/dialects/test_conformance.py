@@ -43,7 +43,7 @@ COVERED = {
     "record_progress", "start_leased", "extend_leases", "hand_back", "lease_rows",
     "mark_done", "error_code", "is_retryable", "is_disconnect", "is_missing_table",
     "is_permanent", "database", "driver_hint", "in_flight_uses", "resource_heads",
-    "claim_ids",
+    "claim_ids", "resource_state",
 }
 
 
@@ -256,6 +256,27 @@ def test_resource_heads_read_each_groups_first_jobs_with_their_costs(seam: Seam)
     assert sorted(r.id for r in one) == sorted([high[0], *other])
 
 
+def test_resource_state_reads_flight_reservations_history_and_heads(seam: Seam) -> None:
+    a = seam.add(3, group="a", uses='{"gpu":1}')
+    b = seam.add(2, group="b", weight=4)
+    req = ClaimRequest(OWNER, "", 1, TTL, ["t"])
+    seam.d.claim_ids(seam.conn, seam.t, req, [a[0]], seam.now)
+    r = seam.t.reservations
+    seam.conn.execute(sa.insert(r), [{"job_id": b[1], "seq": 5, "uses": '{"gpu":2}'},
+                                     {"job_id": 999_999, "seq": 2, "uses": None}])
+    seam.conn.execute(sa.insert(seam.t.groups).values(group_key="b", vfinish=1.5, served_seq=9))
+    for types in (["t"], ["t", "u"], None):
+        st = seam.d.resource_state(seam.conn, seam.t, seam.now, {"a": 5, "b": 1}, types)
+        assert st.flight == [("a", '{"gpu":1}', 1, 1)]
+        assert [x[:4] for x in st.reservations] == [
+            (999_999, 2, None, None), (b[1], 5, '{"gpu":2}', "ready")]
+        assert st.reservations[1][4:] == ("t", "b", 4, True)
+        assert st.history == {"b": (1.5, 9)}
+        heads = sorted(st.heads)
+        assert [h[0] for h in heads] == [a[1], a[2], b[0]]  # b: its first job only
+        assert heads[0][1:] == ("a", "t", '{"gpu":1}', 1, 0)
+
+
 def test_claim_ids_leases_only_the_ids_still_runnable(seam: Seam) -> None:
     ids = seam.add(3)
     seam.conn.execute(
@@ -318,6 +339,21 @@ def test_claim_jobs_recording_where_the_database_can(seam: Seam) -> None:
     assert receipt.claimed == 2 and len(receipt.read()) == 2
     g = seam.t.groups
     assert seam.conn.execute(sa.select(g.c.vfinish)).scalar_one() == 4.0
+
+
+def test_claim_ids_recording_where_the_database_can(seam: Seam) -> None:
+    if not isinstance(seam.d, RecordsProgressInClaim):
+        pytest.skip(f"{seam.d.database} records the progress with a statement of its own")
+    ids = seam.add(2, group="a")
+    req = ClaimRequest(OWNER, "", 2, TTL, ["t"], uses={"t": '{"gpu":1}'})
+    receipt = seam.d.claim_ids_recording(
+        seam.conn, seam.t, req, ids, seam.now, Progress([("a", 4.0, 2)], set(), 7.0, 3)
+    )
+    assert receipt.claimed == 2 and len(receipt.read()) == 2
+    g, gate = seam.t.groups, seam.t.gate
+    assert seam.conn.execute(sa.select(g.c.vfinish)).scalar_one() == 4.0
+    assert seam.conn.execute(sa.select(gate.c.vclock, gate.c.seq)).one() == (7.0, 3)
+    assert seam.row(ids[0]).uses == '{"gpu":1}'  # the handler's costs, written
 
 
 # -- leases ------------------------------------------------------------------------------

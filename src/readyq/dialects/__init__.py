@@ -22,6 +22,7 @@ from readyq.dialects.base import (
     Progress,
     ReadyNotifier,
     RecordsProgressInClaim,
+    ResourceState,
 )
 from readyq.dialects.mysql import MySQLDialect
 from readyq.dialects.postgresql import PostgresDialect
@@ -41,6 +42,7 @@ __all__ = [
     "Progress",
     "ReadyNotifier",
     "RecordsProgressInClaim",
+    "ResourceState",
     "SQLiteDialect",
     "dialect_class",
     "dialect_for",

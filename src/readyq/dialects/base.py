@@ -139,6 +139,21 @@ class Progress(NamedTuple):
     seq: int
 
 
+class ResourceState(NamedTuple):
+    """What a claim that weighs resources reads under the gate row's lock (see
+    :meth:`Dialect.resource_state`)."""
+
+    # (group, stored costs, jobs, largest weight) of the jobs in flight.
+    flight: list[tuple[str, str | None, int, int]]
+    # (job id, seq, held costs, state, type, group, weight, due) per reservation, oldest
+    # first; the job's columns are None for a job that is gone.
+    reservations: list[tuple[Any, ...]]
+    # group -> (vfinish, served_seq), for the groups asked for that have a history.
+    history: dict[str, tuple[float, int]]
+    # (id, group, type, stored costs, weight, priority) of the groups' first jobs.
+    heads: list[tuple[Any, ...]]
+
+
 class ReadyNotifier(Protocol):
     """Wakes listening workers when the transaction that made jobs ready commits."""
 
@@ -189,6 +204,18 @@ class RecordsProgressInClaim(Protocol):
         progress: Progress,
     ) -> ClaimReceipt:
         """Claim as :meth:`Dialect.claim_jobs` and store ``progress`` in the same
+        statement; the rows may be read after the commit."""
+
+    def claim_ids_recording(
+        self,
+        conn: Connection,
+        t: Tables,
+        req: ClaimRequest,
+        ids: Sequence[int],
+        now: sa.ColumnElement[float],
+        progress: Progress,
+    ) -> ClaimReceipt:
+        """Claim as :meth:`Dialect.claim_ids` and store ``progress`` in the same
         statement; the rows may be read after the commit."""
 
 
@@ -666,6 +693,120 @@ class Dialect(ABC):
 
         stmt = self.cached(("in_flight_uses", t.jobs.name), build)
         return [(r[0], r[1], int(r[2]), int(r[3])) for r in self.execute(conn, stmt)]
+
+    def resource_state(
+        self,
+        conn: Connection,
+        t: Tables,
+        now: sa.ColumnElement[float],
+        heads: Mapping[str, int],
+        types: Sequence[str] | None,
+    ) -> ResourceState:
+        """In one statement (``UNION ALL`` of rows tagged by kind): :meth:`in_flight_uses`,
+        the reservations with what is true of their jobs now, the fair-share history of
+        the groups of ``heads`` and their first jobs (:meth:`resource_heads`). For more
+        groups than one statement holds, the heads of the rest are read on their own."""
+        j, g, r = t.jobs, t.groups, t.reservations
+        first = dict(list(sorted(heads.items()))[:COUNTS_PER_STATEMENT])
+        n = len(first)
+
+        def build() -> sa.CompoundSelect[Any]:
+            def typed(value: Any, type_: Any, name: str) -> Any:
+                if value is None:
+                    return sa.cast(sa.null(), type_).label(name)
+                return value.label(name)
+
+            def row(kind: int, **cols: Any) -> list[Any]:
+                shape: tuple[tuple[str, Any], ...] = (
+                    ("group_key", j.c.group_key.type), ("uses", j.c.uses.type),
+                    ("n", sa.BigInteger()), ("w", sa.Integer()), ("job_id", sa.BigInteger()),
+                    ("seq", sa.BigInteger()), ("state", j.c.state.type), ("type", j.c.type.type),
+                    ("priority", sa.Integer()), ("due", sa.Integer()), ("vf", sa.Double()),
+                )
+                return [sa.literal(kind).label("kind")] + [
+                    typed(cols.get(name), type_, name) for name, type_ in shape
+                ]
+
+            flight = (
+                sa.select(*row(0, group_key=j.c.group_key, uses=j.c.uses,
+                               n=sa.func.count(), w=sa.func.max(j.c.weight)))
+                .where(state_in(t, *IN_FLIGHT_STATES))
+                .group_by(j.c.group_key, j.c.uses)
+            )
+            due = sa.case((run_after_passed(t, now), 1), else_=0)
+            reserved = sa.select(*row(
+                1, group_key=j.c.group_key, uses=r.c.uses, w=j.c.weight, job_id=r.c.job_id,
+                seq=r.c.seq, state=j.c.state, type=j.c.type, due=due,
+            )).select_from(r.outerjoin(j, j.c.id == r.c.job_id))
+            parts: list[Any] = [flight, reserved]
+            keys = [sa.bindparam(f"g{i}", type_=j.c.group_key.type) for i in range(n)]
+            if n:
+                parts.append(
+                    sa.select(*row(2, group_key=g.c.group_key, n=g.c.served_seq,
+                                   vf=g.c.vfinish))
+                    .where(g.c.group_key.in_(keys))
+                )
+            columns = (j.c.id, j.c.group_key, j.c.type, j.c.uses, j.c.weight, j.c.priority)
+            for i in range(n):
+                head = claim_head(
+                    t, now, keys[i], types, sa.bindparam(f"n{i}", type_=sa.Integer), *columns,
+                    part=lambda stmt, type_: self._by_type(stmt, t, [type_]), costed=True,
+                )
+                if merged_types(types) is None:
+                    head = self._by_type(head, t, types)
+                sub = head.subquery(f"rq_head{i}")
+                parts.append(sa.select(*row(
+                    3, group_key=sub.c.group_key, uses=sub.c.uses, w=sub.c.weight,
+                    job_id=sub.c.id, type=sub.c.type, priority=sub.c.priority,
+                )))
+            return sa.union_all(*parts)
+
+        stmt = self.cached(
+            ("resource_state", j.name, None if types is None else tuple(types), n), build
+        )
+        params: dict[str, Any] = {}
+        for i, (key, limit) in enumerate(first.items()):
+            params[f"g{i}"] = key
+            params[f"n{i}"] = limit
+        state = ResourceState([], [], {}, [])
+        for x in self.execute(conn, stmt, params).all():
+            kind = int(x.kind)
+            if kind == 0:
+                state.flight.append((x.group_key, x.uses, int(x.n), int(x.w)))
+            elif kind == 1:
+                state.reservations.append(
+                    (int(x.job_id), int(x.seq), x.uses, x.state, x.type, x.group_key,
+                     x.w, bool(x.due))
+                )
+            elif kind == 2:
+                state.history[x.group_key] = (float(x.vf), int(x.n))
+            else:
+                state.heads.append(
+                    (int(x.job_id), x.group_key, x.type, x.uses, int(x.w), int(x.priority))
+                )
+        state.reservations.sort(key=lambda res: (res[1], res[0]))
+        rest = {k: v for k, v in heads.items() if k not in first}
+        if rest:
+            state.heads.extend(
+                (int(h.id), h.group_key, h.type, h.uses, int(h.weight), int(h.priority))
+                for h in self.resource_heads(conn, t, now, rest, types)
+            )
+            state.history.update(self._history(conn, t, sorted(rest)))
+        return state
+
+    def _history(
+        self, conn: Connection, t: Tables, groups: Sequence[str]
+    ) -> dict[str, tuple[float, int]]:
+        g = t.groups
+        out: dict[str, tuple[float, int]] = {}
+        for start in range(0, len(groups), COUNTS_PER_STATEMENT):
+            chunk = list(groups[start : start + COUNTS_PER_STATEMENT])
+            rows = conn.execute(
+                sa.select(g.c.group_key, g.c.vfinish, g.c.served_seq)
+                .where(g.c.group_key.in_(chunk))
+            )
+            out.update({x[0]: (float(x[1]), int(x[2])) for x in rows})
+        return out
 
     def resource_heads(
         self,

@@ -59,7 +59,9 @@ from readyq.sql.ready import (
     merged_types,
     ready_group_keys,
     ready_group_walk,
+    run_after_passed,
     runnable_head,
+    state_in,
 )
 
 # Quotes a table's name in the SQL written out as text (as copy_jobs does with the
@@ -482,7 +484,7 @@ class PostgresDialect(Dialect):
         """One statement: a recursive skip scan walks the ready index from group to
         group, and a LATERAL subquery counts each group's runnable head up to the cap.
         (With the history, the portable statements.)"""
-        if with_history or costed:
+        if with_history:
             return super().runnable_counts(
                 conn, t, now, types, cap, with_history=with_history, costed=costed
             )
@@ -498,7 +500,7 @@ class PostgresDialect(Dialect):
                 walk = ready_group_keys(t, types).subquery("ready_groups")
                 known = sa.true()
             head = (
-                runnable_head(t, now, walk.c.k, types, cap_param)
+                runnable_head(t, now, walk.c.k, types, cap_param, costed)
                 .correlate(walk)
                 .subquery("head")
             )
@@ -513,7 +515,7 @@ class PostgresDialect(Dialect):
                 .where(known, counts.c.n > 0)
             )
 
-        key = ("ready_counts", t.jobs.name, None if types is None else tuple(types))
+        key = ("ready_counts", t.jobs.name, None if types is None else tuple(types), costed)
         counts = {
             r[0]: (int(r[1]), int(r[2]))
             for r in conn.execute(self.cached(key, build), {"cap": cap}).all()
@@ -532,6 +534,41 @@ class PostgresDialect(Dialect):
         the gate's update as two more CTEs. The claimed rows stay in the driver's result
         until read."""
         result = self._claim_groups_result(conn, t, requests, now, progress)
+        return ClaimReceipt(
+            result.rowcount, lambda: [claimed_from_row(row) for row in result.all()]
+        )
+
+    def claim_ids_recording(
+        self,
+        conn: Connection,
+        t: Tables,
+        req: ClaimRequest,
+        ids: Sequence[int],
+        now: sa.ColumnElement[float],
+        progress: Progress,
+    ) -> ClaimReceipt:
+        """The UPDATE of :meth:`claim_ids` with the upsert of the groups' progress and
+        the gate's update as two more CTEs."""
+        j = t.jobs
+
+        def build() -> sa.Update:
+            upsert, gate = self._progress_ctes(t)
+            return (
+                sa.update(j)
+                .where(
+                    self._ids_in(j.c.id, "rq_ids"), state_in(t, "ready"),
+                    run_after_passed(t, now),
+                )
+                .values(**lease_values(t, req, now))
+                .returning(*claim_columns(t))
+                .add_cte(upsert)
+                .add_cte(gate)
+            )
+
+        params = {"rq_owner": req.owner, "rq_ttl": req.ttl, "rq_ids": list(ids),
+                  **self._progress_params(progress)}
+        stmt = self.cached(("claim_ids_recording", j.name, req.shape()), build)
+        result = conn.execute(stmt, params)
         return ClaimReceipt(
             result.rowcount, lambda: [claimed_from_row(row) for row in result.all()]
         )

@@ -28,7 +28,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
-from readyq.dialects import ClaimReceipt, ClaimRequest, Progress
+from readyq.dialects import ClaimReceipt, ClaimRequest, Progress, RecordsProgressInClaim
 from readyq.model import ClaimedJob
 from readyq.planning.drf import (
     GLOBAL,
@@ -38,6 +38,7 @@ from readyq.planning.drf import (
     plan_starts,
     progress_of,
 )
+from readyq.planning.drf import Progress as DrfProgress
 from readyq.rate_limits import RateLimit
 from readyq.resources import decode, encode
 from readyq.store.claim import NOTHING, Budget, lock_gate, open_budget
@@ -129,27 +130,52 @@ def claim_weighed(
         ctx.hooks.on_claim_transaction(conn)
     d.pin_index_order(conn)
     now = ctx.now
+    # Where claims lock rows rather than the database, the ready groups are counted
+    # before the gate row is locked, as in the plain claim: the counts only shape the
+    # plan (how many jobs of each group to read), and every other claim waits while the
+    # lock is held. Rate limits narrow the types first, under the lock.
+    ready: dict[str, tuple[int, int]] | None = None
+    if not rate_limits and d.capabilities.skip_locked:
+        ready, _ = d.runnable_counts(conn, t, now, types, cap, costed=True)
+        if not ready:
+            return NOTHING
     gate = lock_gate(ctx, conn)
     due = log.due(view.capacity)
     if due:
         record_capacities(ctx, conn, due)
         log.wrote(due)
+    budget = None
+    if ready is None:
+        if rate_limits:
+            in_flight = sum(n for n, _ in d.in_flight(conn, t).values())
+            budget = open_budget(ctx, conn, rate_limits, types, min(limit, cap - in_flight))
+            if budget is not None:
+                types = budget.allowed(types or ())
+                if not types:
+                    return NOTHING
+        ready, _ = d.runnable_counts(conn, t, now, types, cap, costed=True)
+    weight = {key: max(w, 1) for key, (_, w) in ready.items()}
+    most = min(limit, cap)
+    # Each group's first jobs, about its weight's part of the claim (the order gives a
+    # group about that many starts); a group whose jobs the plan used up, with more to
+    # run, is read again in full and the plan made again.
+    total = sum(weight.values()) or 1
+    want = {
+        key: min(n, most, HEADS_MAX, max(2, -(-most * weight[key] // total) + 1))
+        for key, (n, _) in ready.items()
+    }
+    state = d.resource_state(conn, t, now, want, types)
     held: dict[str, dict[str, int]] = {}
-    weight: dict[str, int] = {}
-    for group, stored, n, w in d.in_flight_uses(conn, t):
+    for group, stored, n, w in state.flight:
         mine = held.setdefault(group, {})
         mine[GLOBAL] = mine.get(GLOBAL, 0) + n
         for name, units in decode(stored).items():
             mine[name] = mine.get(name, 0) + units * n
         weight[group] = max(weight.get(group, 1), w)
     in_flight = sum(h.get(GLOBAL, 0) for h in held.values())
-    if cap - in_flight <= 0:
+    most = min(limit, cap - in_flight)
+    if most <= 0:
         return NOTHING
-    budget = open_budget(ctx, conn, rate_limits, types, min(limit, cap - in_flight))
-    if budget is not None:
-        types = budget.allowed(types or ())
-        if not types:
-            return NOTHING
     known = set(view.capacity)
     # Per stored form (None: the handler's, per type), the cost with the global slot, or
     # None for a resource this worker cannot keep (left to the workers that can).
@@ -168,45 +194,25 @@ def claim_weighed(
     drop: list[int] = []
     standing: list[Reserved] = []
     next_seq = 1
-    for row in reservation_rows(ctx, conn):
-        next_seq = max(next_seq, int(row.seq) + 1)
-        if row.state != "ready" or not row.due:
-            drop.append(int(row.job_id))
+    for job_id, rseq, held_text, job_state, type_, group, w, is_due in state.reservations:
+        next_seq = max(next_seq, rseq + 1)
+        if job_state != "ready" or not is_due:
+            drop.append(job_id)
             continue
-        held_for = decode(row.uses)
-        runs_it = types is None or row.type in types
+        held_for = decode(held_text)
+        runs_it = types is None or type_ in types
         standing.append(
             Reserved(
-                Candidate(int(row.job_id), row.group_key, {GLOBAL: 1, **held_for}, row.type),
+                Candidate(job_id, group, {GLOBAL: 1, **held_for}, type_),
                 claimable=runs_it and all(name in known for name in held_for),
             )
         )
-        weight[row.group_key] = max(weight.get(row.group_key, 1), int(row.weight))
-
-    # The ready groups: their runnable jobs counted up to the cap (costs included), their
-    # largest weight and their fair-share history, in one read.
-    ready, history = d.runnable_counts(
-        conn, t, now, types, cap, with_history=True, costed=True
-    )
-    for key, (_, w) in ready.items():
-        weight[key] = max(weight.get(key, 1), w)
-    if not ready and not standing:
-        _drop_reservations(ctx, conn, drop)
-        return NOTHING
+        weight[group] = max(weight.get(group, 1), int(w or 1))
+    history = state.history
+    heads = candidates(state.heads, cost)
     capacity = {GLOBAL: cap, **view.capacity}
     vclock, seq = float(gate.vclock), int(gate.seq)
-    most = min(limit, cap - in_flight)
-    # Each group's first jobs, about its weight's part of the claim (the order gives a
-    # group about that many starts); a group whose jobs the plan used up, with more to
-    # run, is read again in full and the plan made again.
-    total = sum(weight[k] for k in ready) or 1
-    want = {
-        key: min(n, most, HEADS_MAX, max(2, -(-most * weight[key] // total) + 1))
-        for key, (n, _) in ready.items()
-    }
-    heads: dict[str, list[Candidate]] = {}
-    for _ in range(2):
-        heads = read_heads(ctx, conn, want, types, cost)
+    for again in (True, False):
         states = group_states(heads, held, ready, weight, history, standing)
         plan = plan_starts(capacity, states, vclock, reservations=standing, max_claims=limit)
         taken = plan.claims
@@ -215,19 +221,34 @@ def claim_weighed(
             for key, (n, _) in ready.items()
             if taken.get(key, 0) >= len(heads.get(key, ())) and want[key] < min(n, most)
         }
-        if not short or len(plan.picks) >= most:
+        if not again or not short or len(plan.picks) >= most:
             break
         want.update(short)
+        more = candidates(d.resource_heads(conn, t, now, short, types), cost)
+        heads.update(more)
     picks = list(plan.picks)
     if budget is not None:
         picks = _within_allowance(picks, budget)
     claimed: list[ClaimedJob] = []
+    # The groups whose rows the claim statement itself wrote (the plan's progress).
+    written: set[str] | None = None
     if picks:
         request = ClaimRequest(
             owner=owner, group="", limit=len(picks), ttl=ttl, types=types, start=start,
             uses=view.handler_text,
         )
-        claimed = d.claim_ids(conn, t, request, [c.id for c in picks], now)
+        ids = [c.id for c in picks]
+        if isinstance(d, RecordsProgressInClaim) and budget is None:
+            # The claim also stores the progress the plan expects; corrected below when
+            # fewer jobs came back (a row another transaction changed meanwhile).
+            expected = progress_of(plan, set(ids), states, capacity, vclock, seq)
+            claimed = d.claim_ids_recording(
+                conn, t, request, ids, now,
+                Progress(_rows(expected), set(history), expected.vclock, expected.seq),
+            ).read()
+            written = set(expected.vfinish)
+        else:
+            claimed = d.claim_ids(conn, t, request, ids, now)
     if budget is not None and claimed:
         budget.spend(conn, claimed)
     got = {c.id for c in claimed}
@@ -247,29 +268,34 @@ def claim_weighed(
                 for i, c in enumerate(plan.reserve)
             ],
         )
-    if claimed:
+    if (written is None or len(claimed) != len(picks)) and (claimed or written):
         progress = progress_of(plan, got, states, capacity, vclock, seq)
-        rows = [(k, v, progress.served_seq[k]) for k, v in progress.vfinish.items()]
-        d.record_progress(conn, t, Progress(rows, set(history), progress.vclock, progress.seq))
+        rows = _rows(progress)
+        # A group whose row the claim wrote but that got nothing: as it was before.
+        rows += [
+            (k, *history.get(k, (vclock, 0)))
+            for k in sorted(written or ()) if k not in progress.vfinish
+        ]
+        d.record_progress(
+            conn, t, Progress(rows, set(history) | (written or set()), progress.vclock,
+                              progress.seq),
+        )
     return ClaimReceipt(len(claimed), lambda: claimed)
 
 
-def read_heads(
-    ctx: StoreContext,
-    conn: Connection,
-    want: Mapping[str, int],
-    types: Sequence[str] | None,
+def candidates(
+    rows: Sequence[Any],
     cost: Callable[[str, str | None], dict[str, int] | None],
 ) -> dict[str, list[Candidate]]:
-    """The first ``want[group]`` runnable jobs of each group, in claim order, with their
-    costs (a job whose costs name a resource this worker does not keep is left out)."""
+    """Rows (id, group, type, stored costs, weight, priority) as each group's
+    candidates in claim order, with their costs (a job whose costs name a resource this
+    worker does not keep is left out)."""
     heads: dict[str, list[tuple[tuple[int, int], Candidate]]] = {}
-    for row in ctx.dialect.resource_heads(conn, ctx.tables, ctx.now, want, types):
-        c = cost(row.type, row.uses)
+    for job_id, group, type_, stored, _, priority in rows:
+        c = cost(type_, stored)
         if c is not None:
-            job_id = int(row.id)
-            heads.setdefault(row.group_key, []).append(
-                ((-int(row.priority), job_id), Candidate(job_id, row.group_key, c, row.type))
+            heads.setdefault(group, []).append(
+                ((-int(priority), int(job_id)), Candidate(int(job_id), group, c, type_))
             )
     return {k: [c for _, c in sorted(v, key=lambda x: x[0])] for k, v in heads.items()}
 
@@ -299,6 +325,11 @@ def group_states(
             )
         )
     return states
+
+
+def _rows(progress: DrfProgress) -> list[tuple[str, float, int]]:
+    """(group, vfinish, served_seq) for each group the progress served."""
+    return [(key, v, progress.served_seq[key]) for key, v in progress.vfinish.items()]
 
 
 def _within_allowance(picks: Sequence[Candidate], budget: Budget) -> list[Candidate]:
