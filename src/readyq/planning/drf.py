@@ -33,8 +33,10 @@ from __future__ import annotations
 
 import heapq
 import math
+from collections import deque
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 # The global concurrency cap, as a resource name no user resource can have.
 GLOBAL = ""
@@ -151,11 +153,6 @@ def _take(cost: Mapping[str, int], free: dict[str, int], *, at_most: bool = Fals
         free[name] = have - (min(units, max(have, 0)) if at_most else units)
 
 
-def _add(into: dict[str, int], cost: Mapping[str, int]) -> None:
-    for name, units in cost.items():
-        into[name] = into.get(name, 0) + units
-
-
 def plan_starts(
     capacity: Mapping[str, int],
     groups: Sequence[GroupState],
@@ -191,10 +188,17 @@ def plan_starts(
             found = unit_cost[id(job.cost)] = dominant(job.cost, capacity)
         return found
 
+    # Each group's dominant share of what it holds, kept up to date as jobs are served.
+    dom_held = {g.key: dominant(g.held, capacity) for g in groups}
+
     def serve(job: Candidate) -> None:
         picks.append(job)
-        _take(job.cost, free)
-        _add(held.setdefault(job.group, {}), job.cost)
+        cost = job.cost
+        mine = held.setdefault(job.group, {})
+        for name, units in cost.items():
+            free[name] = free.get(name, 0) - units
+            mine[name] = mine.get(name, 0) + units
+        dom_held[job.group] = dominant(mine, capacity)
         last[job.group] = len(picks)
 
     # Standing reservations first, oldest first: each starts if it fits, else keeps
@@ -219,14 +223,25 @@ def plan_starts(
     # plus its runnable jobs at the mean cost of the first of them.
     weight = {g.key: g.weight for g in groups}
     want: dict[str, float] = {}
+    unreserved: dict[str, list[Candidate]] = {}
     for g in groups:
         vector: dict[str, float] = {k: float(v) for k, v in held[g.key].items()}
-        heads = [c for c in g.heads if c.id not in reserved_ids]
+        heads = unreserved[g.key] = (
+            [c for c in g.heads if c.id not in reserved_ids] if reserved_ids else list(g.heads)
+        )
         if heads and g.runnable:
             per = g.runnable / len(heads)
+            # Jobs of one kind share one cost mapping: summed once per kind.
+            kinds: dict[int, list[Any]] = {}
             for c in heads:
-                for name, units in c.cost.items():
-                    vector[name] = vector.get(name, 0.0) + units * per
+                kind = kinds.get(id(c.cost))
+                if kind is None:
+                    kinds[id(c.cost)] = [c.cost, 1]
+                else:
+                    kind[1] += 1
+            for cost, count in kinds.values():
+                for name, units in cost.items():
+                    vector[name] = vector.get(name, 0.0) + units * count * per
         want[g.key] = dominant({k: math.ceil(v - 1e-9) for k, v in vector.items()}, capacity)
     quota = water_fill(float(capacity.get(GLOBAL, 0)), want, weight)
 
@@ -234,12 +249,12 @@ def plan_starts(
         q = quota.get(key, 0.0)
         if q <= 0:
             return False
-        d = dominant(held[key], capacity)
+        d = dom_held.get(key, 0.0)
         return d == 0 or d < q - 1e-9
 
     # The order, as in fair_share.plan_claims: groups whose tag the clock has passed
     # wait "level" in one heap by (seq, key), the others by (tag, seq, key).
-    queue: dict[str, list[Candidate]] = {}
+    queue: dict[str, deque[Candidate]] = {}
     ahead: list[tuple[float, int, str]] = []
     level: list[tuple[int, str]] = []
     # The tags of groups with jobs to run that their quota holds back: a group that
@@ -247,10 +262,10 @@ def plan_starts(
     # ahead of it; otherwise it was offered what others may not take, and waits.
     held_back: list[float] = []
     for g in groups:
-        heads = [c for c in g.heads if c.id not in reserved_ids][: max(g.runnable, 0)]
+        heads = unreserved[g.key][: max(g.runnable, 0)]
         if not heads:
             continue
-        queue[g.key] = heads
+        queue[g.key] = deque(heads)
         before = vfinish.get(g.key, g.vfinish)
         tag = vclock if before is None else max(vclock, before)
         if not eligible(g.key):
@@ -290,7 +305,7 @@ def plan_starts(
         while ahead and ahead[0][0] <= clock:
             _, s, k = heapq.heappop(ahead)
             heapq.heappush(level, (s, k))
-        queue[best].pop(0)
+        queue[best].popleft()
         serve(job)
         order += 1
         tag = vfinish[best] = start + cost_of(job) / weight[best]
@@ -315,7 +330,7 @@ def plan_starts(
             if not fitting:
                 break
             start, _, best = min(fitting)
-            job = queue[best].pop(0)
+            job = queue[best].popleft()
             serve(job)
             vfinish[best] = start + cost_of(job) / weight[best]
     return DrfPlan(
