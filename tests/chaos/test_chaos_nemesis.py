@@ -47,7 +47,7 @@ def test_no_job_is_lost_or_run_twice_under_kills_freezes_and_lost_connections(
 ) -> None:
     cfg = Config(
         url=db, dialect=dialect_name, workdir=tmp_path, label=label_of(db, dialect_name),
-        fault_seconds=22.0, jobs=JOBS[dialect_name], faults=FAULTS[dialect_name], seed=7,
+        fault_seconds=18.0, jobs=JOBS[dialect_name], faults=FAULTS[dialect_name], seed=7,
         log=lambda line: None,
     )
     result = run_chaos(cfg)

@@ -769,21 +769,22 @@ class Dialect(ABC):
             params[f"g{i}"] = key
             params[f"n{i}"] = limit
         state = ResourceState([], [], {}, [])
-        for x in self.execute(conn, stmt, params).all():
-            kind = int(x.kind)
-            if kind == 0:
-                state.flight.append((x.group_key, x.uses, int(x.n), int(x.w)))
+        heads_out, flight_out = state.heads, state.flight
+        # Positional: the columns of ``row`` in order (kind, group_key, uses, n, w, job_id,
+        # seq, state, type, priority, due, vf).
+        for kind, group, uses, n_, w, job_id, seq, job_state, type_, priority, due, vf in (
+            self.execute(conn, stmt, params).all()
+        ):
+            if kind == 3:
+                heads_out.append((job_id, group, type_, uses, w, priority))
+            elif kind == 0:
+                flight_out.append((group, uses, int(n_), int(w)))
             elif kind == 1:
                 state.reservations.append(
-                    (int(x.job_id), int(x.seq), x.uses, x.state, x.type, x.group_key,
-                     x.w, bool(x.due))
+                    (int(job_id), int(seq), uses, job_state, type_, group, w, bool(due))
                 )
-            elif kind == 2:
-                state.history[x.group_key] = (float(x.vf), int(x.n))
             else:
-                state.heads.append(
-                    (int(x.job_id), x.group_key, x.type, x.uses, int(x.w), int(x.priority))
-                )
+                state.history[group] = (float(vf), int(n_))
         state.reservations.sort(key=lambda res: (res[1], res[0]))
         rest = {k: v for k, v in heads.items() if k not in first}
         if rest:
