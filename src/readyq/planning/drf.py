@@ -38,6 +38,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from readyq.planning.fair_share import water_fill
+
 # The global concurrency cap, as a resource name no user resource can have.
 GLOBAL = ""
 
@@ -115,26 +117,6 @@ def dominant(use: Mapping[str, int], capacity: Mapping[str, int]) -> float:
         # The product first: a use of the global cap alone comes out exact.
         best = max(best, float(scale) if cap <= 0 else units * scale / cap)
     return best
-
-
-def water_fill(
-    total: float, want: Mapping[str, float], weight: Mapping[str, int]
-) -> dict[str, float]:
-    """Weighted max-min share of ``total`` between keys, each capped by what it wants."""
-    left = {k: v for k, v in want.items() if v > 0}
-    result: dict[str, float] = {}
-    remaining = max(total, 0.0)
-    while left:
-        total_w = sum(weight[k] for k in left)
-        share = {k: remaining * weight[k] / total_w for k in left}
-        satisfied = [k for k in left if left[k] <= share[k]]
-        if not satisfied:
-            result.update(share)
-            break
-        for k in satisfied:
-            result[k] = left[k]
-            remaining -= left.pop(k)
-    return result
 
 
 def _fits(cost: Mapping[str, int], free: Mapping[str, int]) -> bool:

@@ -63,20 +63,28 @@ class Progress:
 
 def quotas(cap: int, demands: Sequence[GroupDemand]) -> dict[str, float]:
     """Weighted max-min share of ``cap`` between groups, each capped by its demand."""
-    want = {d.key: d.in_flight + d.runnable for d in demands if d.in_flight + d.runnable > 0}
-    weight = {d.key: d.weight for d in demands}
+    want = {d.key: float(d.in_flight + d.runnable) for d in demands}
+    return water_fill(float(max(cap, 0)), want, {d.key: d.weight for d in demands})
+
+
+def water_fill(
+    total: float, want: Mapping[str, float], weight: Mapping[str, int]
+) -> dict[str, float]:
+    """Weighted max-min share of ``total`` between keys, each capped by what it wants
+    (keys that want nothing get nothing)."""
+    left = {k: v for k, v in want.items() if v > 0}
     result: dict[str, float] = {}
-    remaining = float(max(cap, 0))
-    while want:
-        total = sum(weight[k] for k in want)
-        share = {k: remaining * weight[k] / total for k in want}
-        satisfied = [k for k in want if want[k] <= share[k]]
+    remaining = max(total, 0.0)
+    while left:
+        total_w = sum(weight[k] for k in left)
+        share = {k: remaining * weight[k] / total_w for k in left}
+        satisfied = [k for k in left if left[k] <= share[k]]
         if not satisfied:
             result.update(share)
             break
         for k in satisfied:
-            result[k] = float(want[k])
-            remaining -= want.pop(k)
+            result[k] = left[k]
+            remaining -= left.pop(k)
     return result
 
 
