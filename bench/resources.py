@@ -23,6 +23,7 @@ import time
 from typing import Any
 
 import sqlalchemy as sa
+from run import peak_of
 
 import readyq
 from readyq.resources import decode
@@ -77,15 +78,12 @@ def rows(queue: readyq.Queue) -> list[Any]:
 
 
 def peak_use(found: list[Any]) -> int:
+    """The most units of "gpu" held at one instant, from the rows' intervals."""
     events = []
     for r in found:
         units = decode(r.uses).get("gpu", 0)
         events += [(r.started_at, units), (r.finished_at or float("inf"), -units)]
-    peak = held = 0
-    for _, step in sorted(events):
-        held += step
-        peak = max(peak, held)
-    return peak
+    return peak_of(events)
 
 
 def fresh(url: str) -> readyq.Queue:

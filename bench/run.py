@@ -177,10 +177,16 @@ def check_resource(queue: readyq.Queue) -> int:
         if units != 1:
             raise RuntimeError(f"a job ran with uses {r.uses!r}, not one unit of {RESOURCE}")
         events += [(r.started_at, units), (r.finished_at, -units)]
-    peak = held = 0
-    for _, step in sorted(events):  # at equal times the end sorts first
-        held += step
-        peak = max(peak, held)
+    return peak_of(events)
+
+
+def peak_of(events: list[tuple[float, int]]) -> int:
+    """The highest running sum of (instant, step) events taken in time order; at equal
+    instants an end (a negative step) sorts first, so touching intervals never add up."""
+    peak = running = 0
+    for _, step in sorted(events):
+        running += step
+        peak = max(peak, running)
     return peak
 
 
@@ -200,11 +206,7 @@ def check_guarantees(queue: readyq.Queue, jobs: int) -> tuple[int, dict[str, flo
                 t.c.id, t.c.group_key, t.c.started_at, t.c.finished_at, t.c.lease_owner
             ).order_by(t.c.started_at, t.c.id)
         ).all()
-    events = sorted([(r.started_at, 1) for r in rows] + [(r.finished_at, -1) for r in rows])
-    peak = running = 0
-    for _, step in events:  # at equal times the end (-1) sorts first: never over-counts
-        running += step
-        peak = max(peak, running)
+    peak = peak_of([(r.started_at, 1) for r in rows] + [(r.finished_at, -1) for r in rows])
     # The cut falls between claims, and a claim counts whole: a cut inside one would
     # count an arbitrary part of it (its rows are started in id order, not by group).
     # A claim is a run of starts by one worker, each within CLAIM_GAP of the one before:

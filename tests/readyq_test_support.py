@@ -6,6 +6,10 @@ one module can be imported under the name ``conftest``.
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
+from typing import TypeVar
+
 import pytest
 
 import readyq
@@ -18,6 +22,24 @@ def run_until_idle(queue: readyq.Queue, **options: object) -> readyq.WorkerStats
     options.setdefault("lease_ttl", 10.0)
     options.setdefault("heartbeat_interval", 2.0)
     return queue.run_worker(until_idle=True, **options)  # type: ignore[arg-type]
+
+
+T = TypeVar("T")
+
+
+def wait_for(
+    condition: Callable[[], T], what: str, timeout: float = 20.0, interval: float = 0.005
+) -> T:
+    """Poll ``condition`` until it returns something truthy, and return that; fail
+    naming ``what`` after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = condition()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout:g}s waiting for {what}")
+        time.sleep(interval)
 
 
 def skip_on(dialect: str, current: str, reason: str) -> None:

@@ -38,6 +38,7 @@ from readyq.rate_limits import RateLimit
 from readyq.resources import Resource
 from readyq.schema import FALLBACK_MAX_ATTEMPTS
 from readyq.store import Lease, Outcome, OutcomeKind, ResourceView, Store
+from readyq.store.records import handler_texts
 from readyq.tracing import attempt_span, mark_failed, spans_enabled
 from readyq.transient import BACKOFF_MAX, describe, is_transient, next_backoff
 from readyq.validation import dump_result, parse_args
@@ -369,6 +370,7 @@ class Worker:
         self.handler_uses = {
             t: dict(self.handlers[t].uses) for t in self.types if self.handlers[t].uses
         }
+        self.handler_text = handler_texts(self.handler_uses)
         self.worker_id = options.worker_id or default_worker_id()
         self.stats = WorkerStats()
         self._running: dict[int, RunningAttempt] = {}
@@ -441,6 +443,7 @@ class Worker:
         return ResourceView(
             capacity={name: r.capacity() for name, r in self.resources.items()},
             handler_uses=self.handler_uses,
+            handler_text=self.handler_text,
         )
 
     def _local_cap(self, cap: int) -> int:

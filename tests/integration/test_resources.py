@@ -22,6 +22,7 @@ import sqlalchemy as sa
 
 import readyq
 from readyq import JobState, admin
+from readyq_test_support import wait_for
 
 POLL = 0.02
 # Long enough for several worker ticks (each one a claim) to pass.
@@ -50,17 +51,6 @@ def reserved_ids(queue: readyq.Queue) -> list[int]:
     return [int(row.job_id) for row in rows]
 
 
-def wait_for(condition: Callable[[], Any], what: str, timeout: float = 20.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = condition()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout:g}s waiting for {what}")
-        time.sleep(0.005)
-
-
 def wait_state(queue: readyq.Queue, job_id: int, state: JobState) -> None:
     wait_for(lambda: queue.get(job_id).state is state, f"job {job_id} to be {state.value}")
 
@@ -74,6 +64,16 @@ def tick_until(worker: readyq.Worker, condition: Callable[[], bool], what: str) 
         return condition()
 
     wait_for(ticked, what)
+
+
+def stop_ticked(worker: readyq.Worker) -> None:
+    """Stop a worker driven by ``run_once`` and tick it until its jobs are recorded."""
+    worker.stop()
+    for _ in range(100):
+        worker.run_once()
+        if worker.running == 0:
+            break
+        time.sleep(0.02)
 
 
 @dataclass
@@ -637,12 +637,7 @@ def test_a_reservation_whose_job_is_cancelled_is_dropped(
         assert queue.get(big).state is JobState.CANCELLED
     finally:
         tracker.release_all()
-        worker.stop()
-        for _ in range(100):
-            worker.run_once()
-            if worker.running == 0:
-                break
-            time.sleep(0.02)
+        stop_ticked(worker)
     assert not tracker.violations, tracker.violations
 
 
@@ -763,12 +758,7 @@ def test_resource_stats_on_a_staged_state(queue: readyq.Queue, tracked: list[Tra
         assert stats["mem"].in_use + stats["mem"].wanted == 5
     finally:
         tracker.release_all()
-        worker.stop()
-        for _ in range(50):
-            worker.run_once()
-            if worker.running == 0:
-                break
-            time.sleep(0.02)
+        stop_ticked(worker)
     assert not tracker.violations, tracker.violations
 
 

@@ -87,6 +87,8 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--stats-file")
     p.add_argument("--worker-id")
     p.add_argument("--max-running", type=int)
+    p.add_argument("--resource", action="append", default=[], metavar="NAME=CAPACITY",
+                   help="a resource this worker defines (the jobs carry their own uses)")
     return p.parse_args(argv)
 
 
@@ -99,6 +101,9 @@ def main(argv: list[str] | None = None) -> int:
         format=f"%(asctime)s {worker_id} %(threadName)s %(name)s %(levelname)s %(message)s",
     )
     queue = readyq.Queue(args.url)
+    for item in args.resource:
+        name, _, capacity = item.partition("=")
+        queue.resource(name, capacity=int(capacity))
     engine = harness.history_engine(args.url)
     active = Active()
 

@@ -19,7 +19,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
@@ -348,6 +348,7 @@ class Workers:
         until_idle: bool = True,
         mode: str = "sleep",
         max_running: int | None = None,
+        resources: Mapping[str, int] | None = None,
     ) -> WorkerProcess:
         stats_file = self.directory / f"stats-{name}.json"
         log_file = self.directory / f"worker-{name}.log"
@@ -367,6 +368,8 @@ class Workers:
             cmd.append("--until-idle")
         if max_running is not None:
             cmd += ["--max-running", str(max_running)]
+        for resource, capacity in (resources or {}).items():
+            cmd += ["--resource", f"{resource}={capacity}"]
         with open(log_file, "wb") as log:
             popen = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
         proc = WorkerProcess(name, popen, stats_file, log_file)

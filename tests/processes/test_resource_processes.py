@@ -1,8 +1,8 @@
 """Named resources across worker processes: the capacity holds for all of them at once,
 and weighted Dominant Resource Fairness shares it between backlogged groups.
 
-The worker processes (``resource_app.py``) define the resource; their handler records
-its start and end in the history table. The units of each interval are the job's stored
+The worker processes (``app.py`` with ``--resource``) define the resource; their handler
+records its start and end in the history table. The units of each interval are the job's stored
 costs. A handler's interval lies inside its job's time in flight (claim to outcome, as
 the claims count it), so intervals that never add up past the capacity are implied by,
 and checked as a consequence of, the claims' sums.
@@ -10,18 +10,14 @@ and checked as a consequence of, the claims' sums.
 
 from __future__ import annotations
 
-import subprocess
-import sys
 import time
 from collections.abc import Mapping, Sequence
-from pathlib import Path
 
 import pytest
 import sqlalchemy as sa
 from harness import (
     JOB_TYPE,
     Interval,
-    WorkerProcess,
     Workers,
     in_flight,
     intervals,
@@ -33,37 +29,6 @@ import readyq
 from readyq.resources import decode
 
 pytestmark = pytest.mark.slow
-
-APP = Path(__file__).with_name("resource_app.py")
-
-
-def start(
-    workers: Workers,
-    name: str,
-    *,
-    concurrency: int,
-    resources: Mapping[str, int],
-    max_running: int | None = None,
-    poll: float = 0.02,
-) -> WorkerProcess:
-    """Start a ``resource_app.py`` worker; ``workers`` kills it at the end of the test."""
-    stats_file = workers.directory / f"stats-{name}.json"
-    log_file = workers.directory / f"worker-{name}.log"
-    cmd = [
-        sys.executable, str(APP), "--url", workers.url, "--concurrency", str(concurrency),
-        "--poll", str(poll), "--until-idle", "--stats-file", str(stats_file),
-        "--worker-id", name,
-    ]
-    for res, cap in resources.items():
-        cmd += ["--resource", f"{res}={cap}"]
-    if max_running is not None:
-        cmd += ["--max-running", str(max_running)]
-    with open(log_file, "wb") as log:
-        popen = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
-    proc = WorkerProcess(name, popen, stats_file, log_file)
-    workers.procs.append(proc)
-    return proc
-
 
 def units_by_job(queue: readyq.Queue, resource: str) -> dict[int, int]:
     """Each job's stored units of ``resource`` (0 for none)."""
@@ -114,7 +79,8 @@ def test_three_processes_never_hold_more_than_the_capacity(
     queue.enqueue_many(specs)
     # Each process may run 2 at once (6 in all): only the global cap keeps them at 4.
     for n in range(processes):
-        start(workers, f"w{n}", concurrency=cap, resources={"gpu": gpu_cap}, max_running=2)
+        workers.start(f"w{n}", concurrency=cap, poll=0.02, resources={"gpu": gpu_cap},
+                      max_running=2)
 
     # The database's own figures, sampled while the jobs run.
     sampled_use: list[int] = []
@@ -158,7 +124,8 @@ def test_drf_shares_the_resource_75_25_between_groups_weighted_3_to_1(
                           uses={"gpu": 2}) for _ in range(24)]
     )
     for n in range(2):
-        start(workers, f"w{n}", concurrency=4, resources={"gpu": 4}, max_running=3)
+        workers.start(f"w{n}", concurrency=4, poll=0.02, resources={"gpu": 4},
+                      max_running=3)
     stats = workers.wait_all_ok(timeout=120)
     assert queue.counts() == {"done": 96}
 

@@ -38,7 +38,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from readyq.planning.fair_share import water_fill
+from readyq.planning.fair_share import Progress, water_fill
 
 # The global concurrency cap, as a resource name no user resource can have.
 GLOBAL = ""
@@ -323,17 +323,6 @@ def plan_starts(
         vfinish=vfinish,
         last=last,
     )
-
-
-@dataclass(frozen=True)
-class Progress:
-    """Fair-share state after the claimed jobs are accounted for (as in
-    :class:`readyq.planning.fair_share.Progress`)."""
-
-    vclock: float
-    seq: int
-    vfinish: dict[str, float] = field(default_factory=dict)
-    served_seq: dict[str, int] = field(default_factory=dict)
 
 
 def progress_of(

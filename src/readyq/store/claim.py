@@ -44,6 +44,14 @@ def _receipt(jobs: list[ClaimedJob]) -> ClaimReceipt:
     return ClaimReceipt(len(jobs), lambda: jobs)
 
 
+def open_claim(ctx: StoreContext, conn: Connection) -> None:
+    """What every claim transaction does first: the tests' hook, then the dialect's
+    pinning of the index order."""
+    if ctx.hooks.on_claim_transaction is not None:
+        ctx.hooks.on_claim_transaction(conn)
+    ctx.dialect.pin_index_order(conn)
+
+
 def lock_gate(ctx: StoreContext, conn: Connection) -> Any:
     """Lock the gate row (claims take turns on it) and return its (vclock, seq)."""
     t, d = ctx.tables, ctx.dialect
@@ -85,9 +93,7 @@ def claim_jobs(
     the gate row sooner.
     """
     t, d = ctx.tables, ctx.dialect
-    if ctx.hooks.on_claim_transaction is not None:
-        ctx.hooks.on_claim_transaction(conn)
-    d.pin_index_order(conn)
+    open_claim(ctx, conn)
     now = ctx.now
     # On a database whose claims lock rows rather than the whole database, the runnable
     # counts are read before the gate row is locked: they only shape the plan, and every

@@ -6,6 +6,7 @@ of a claimed job; what a sweep did. Plain tuples and frozen dataclasses, no beha
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import NamedTuple
@@ -132,11 +133,16 @@ class ResourceView:
 
     capacity: dict[str, int]
     handler_uses: dict[str, dict[str, int]]
-    # The stored form of each handler's costs (readyq.resources.encode), by type.
-    handler_text: dict[str, str] = field(init=False, repr=False, compare=False)
+    # The stored form of each handler's costs (readyq.resources.encode), by type: worked
+    # out from ``handler_uses`` unless given (a worker gives the one it made at start).
+    handler_text: dict[str, str] | None = field(default=None, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        texts = {t: encode(u) for t, u in self.handler_uses.items()}
-        object.__setattr__(
-            self, "handler_text", {t: x for t, x in texts.items() if x is not None}
-        )
+        if self.handler_text is None:
+            object.__setattr__(self, "handler_text", handler_texts(self.handler_uses))
+
+
+def handler_texts(handler_uses: Mapping[str, Mapping[str, int]]) -> dict[str, str]:
+    """The stored form of each handler's costs, by type (types without costs left out)."""
+    texts = {t: encode(u) for t, u in handler_uses.items()}
+    return {t: x for t, x in texts.items() if x is not None}

@@ -6,14 +6,15 @@ A worker whose queue defines resources claims through this unit instead of
 every claim takes (so claimers on every host take turns):
 
 1. record the capacities this worker sees (``<prefix>resources``, for ``status``);
-2. sum what is in flight per group and resource from the jobs' stored costs;
-3. read the standing reservations, dropping those whose job is no longer ready;
-4. read the first runnable jobs of each ready group, with their costs (a job stored
-   without costs takes its handler's; one that names a resource this worker does not
-   define is left to the workers that do);
-5. plan (:func:`readyq.planning.drf.plan_starts`), claim the planned ids, write the
-   handler's costs into the rows that had none (so that every claimer counts them),
-   update the reservations and the fair-share progress.
+2. in one read (:meth:`readyq.dialects.base.Dialect.resource_state`): what is in flight
+   per group and resource from the jobs' stored costs, the standing reservations
+   (dropped when their job is no longer ready), the groups' fair-share history and the
+   first runnable jobs of each ready group with their costs (a job stored without
+   costs takes its handler's; one that names a resource this worker does not define is
+   left to the workers that do);
+3. plan (:func:`readyq.planning.drf.plan_starts`), claim the planned ids, their UPDATE
+   writing the handler's costs into the rows that had none (so that every claimer
+   counts them), then update the reservations and the fair-share progress.
 
 Rate limits apply as in the plain claim: types whose limit is spent leave the claim,
 and planned starts beyond a limit's allowance are dropped, in plan order.
@@ -38,10 +39,9 @@ from readyq.planning.drf import (
     plan_starts,
     progress_of,
 )
-from readyq.planning.drf import Progress as DrfProgress
 from readyq.rate_limits import RateLimit
 from readyq.resources import decode, encode
-from readyq.store.claim import NOTHING, Budget, lock_gate, open_budget
+from readyq.store.claim import NOTHING, Budget, lock_gate, open_budget, open_claim, progress_rows
 from readyq.store.context import StoreContext
 from readyq.store.records import ResourceView
 
@@ -90,26 +90,6 @@ def record_capacities(
             conn.execute(sa.insert(r).values(name=name, capacity=value, seen_at=ctx.now))
 
 
-def reservation_rows(ctx: StoreContext, conn: Connection) -> list[Any]:
-    """Every reservation, oldest first, with what is now true of its job (NULLs for a
-    job that is gone)."""
-    t, d = ctx.tables, ctx.dialect
-    r, j = t.reservations, t.jobs
-
-    def build() -> sa.Select[Any]:
-        due = sa.or_(j.c.run_after.is_(None), j.c.run_after <= ctx.now)
-        return (
-            sa.select(
-                r.c.job_id, r.c.seq, r.c.uses, j.c.state, j.c.type, j.c.group_key,
-                j.c.weight, sa.case((due, True), else_=False).label("due"),
-            )
-            .select_from(r.outerjoin(j, j.c.id == r.c.job_id))
-            .order_by(r.c.seq, r.c.job_id)
-        )
-
-    return list(d.execute(conn, d.cached(("reservations", r.name), build)).all())
-
-
 def claim_weighed(
     ctx: StoreContext,
     conn: Connection,
@@ -126,9 +106,7 @@ def claim_weighed(
     """Claim up to ``limit`` jobs under the global ``cap`` and every resource's
     capacity in ``view``, in the open transaction (see the module's doc)."""
     t, d = ctx.tables, ctx.dialect
-    if ctx.hooks.on_claim_transaction is not None:
-        ctx.hooks.on_claim_transaction(conn)
-    d.pin_index_order(conn)
+    open_claim(ctx, conn)
     now = ctx.now
     # Where claims lock rows rather than the database, the ready groups are counted
     # before the gate row is locked, as in the plain claim: the counts only shape the
@@ -244,7 +222,7 @@ def claim_weighed(
             expected = progress_of(plan, set(ids), states, capacity, vclock, seq)
             claimed = d.claim_ids_recording(
                 conn, t, request, ids, now,
-                Progress(_rows(expected), set(history), expected.vclock, expected.seq),
+                Progress(progress_rows(expected), set(history), expected.vclock, expected.seq),
             ).read()
             written = set(expected.vfinish)
         else:
@@ -270,7 +248,7 @@ def claim_weighed(
         )
     if (written is None or len(claimed) != len(picks)) and (claimed or written):
         progress = progress_of(plan, got, states, capacity, vclock, seq)
-        rows = _rows(progress)
+        rows = progress_rows(progress)
         # A group whose row the claim wrote but that got nothing: as it was before.
         rows += [
             (k, *history.get(k, (vclock, 0)))
@@ -325,11 +303,6 @@ def group_states(
             )
         )
     return states
-
-
-def _rows(progress: DrfProgress) -> list[tuple[str, float, int]]:
-    """(group, vfinish, served_seq) for each group the progress served."""
-    return [(key, v, progress.served_seq[key]) for key, v in progress.vfinish.items()]
 
 
 def _within_allowance(picks: Sequence[Candidate], budget: Budget) -> list[Candidate]:
