@@ -682,13 +682,14 @@ class Dialect(ABC):
 
         def build() -> sa.Select[Any]:
             j = t.jobs
-            return (
+            return self._in_flight_read(
                 sa.select(
                     j.c.group_key, j.c.uses, sa.func.count().label("n"),
                     sa.func.max(j.c.weight).label("w"),
                 )
                 .where(state_in(t, *IN_FLIGHT_STATES))
-                .group_by(j.c.group_key, j.c.uses)
+                .group_by(j.c.group_key, j.c.uses),
+                t,
             )
 
         stmt = self.cached(("in_flight_uses", t.jobs.name), build)
@@ -727,11 +728,12 @@ class Dialect(ABC):
                     typed(cols.get(name), type_, name) for name, type_ in shape
                 ]
 
-            flight = (
+            flight = self._in_flight_read(
                 sa.select(*row(0, group_key=j.c.group_key, uses=j.c.uses,
                                n=sa.func.count(), w=sa.func.max(j.c.weight)))
                 .where(state_in(t, *IN_FLIGHT_STATES))
-                .group_by(j.c.group_key, j.c.uses)
+                .group_by(j.c.group_key, j.c.uses),
+                t,
             )
             due = sa.case((run_after_passed(t, now), 1), else_=0)
             reserved = sa.select(*row(
@@ -1059,7 +1061,12 @@ class Dialect(ABC):
 
     def _in_flight_counts(self, t: Tables) -> sa.Select[Any]:
         """(group_key, n, w) of the jobs in flight."""
-        return in_flight_by_group(t, *IN_FLIGHT_STATES)
+        return self._in_flight_read(in_flight_by_group(t, *IN_FLIGHT_STATES), t)
+
+    def _in_flight_read(self, stmt: sa.Select[Any], t: Tables) -> sa.Select[Any]:
+        """``stmt``, a read of the jobs in flight, as this database reads them through
+        the in-flight index."""
+        return stmt
 
 
 def inserted_id(result: Any) -> int:

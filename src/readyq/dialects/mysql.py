@@ -290,8 +290,8 @@ class MySQLDialect(Dialect):
     ) -> sa.Select[Any]:
         return _by_type(stmt, t, types)
 
-    def _in_flight_counts(self, t: Tables) -> sa.Select[Any]:
-        """The in-flight count, held to the (state, lease_expires) index.
+    def _in_flight_read(self, stmt: sa.Select[Any], t: Tables) -> sa.Select[Any]:
+        """A read of the jobs in flight, held to the (state, lease_expires) index.
 
         Left to itself, the optimizer estimates the ``state IN ('leased', 'running')``
         range from an index that churns with every claim and finish, and on a table of
@@ -299,7 +299,7 @@ class MySQLDialect(Dialect):
         another index, for the hundred-odd jobs in flight.
         """
         index = in_flight_index_name(t.jobs.name)
-        return super()._in_flight_counts(t).with_hint(t.jobs, f"FORCE INDEX ({index})")
+        return stmt.with_hint(t.jobs, f"FORCE INDEX ({index})")
 
     def _first_ready_type(
         self, t: Tables, types: Sequence[str], *conds: sa.ColumnElement[bool]
