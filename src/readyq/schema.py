@@ -61,6 +61,11 @@ READY_TYPE_EXPRESSION = "CASE WHEN state = 'ready' THEN type END"
 # Jobs that ended badly: the listings of failed, cancelled and upstream_failed jobs read
 # them through an index that holds only them (migration readyq_0008).
 BAD_END = "state IN ('failed', 'cancelled', 'upstream_failed')"
+# SQLite's predicate of that index, as comparisons: SQLite tests an IN list of three
+# values or more through a temporary B-tree, on every write of a row (migration
+# readyq_0010). Listings write it as is: SQLite takes a partial index only for a query
+# whose terms contain its predicate.
+BAD_END_COMPARISONS = "state = 'failed' OR state = 'cancelled' OR state = 'upstream_failed'"
 # MySQL and MariaDB: the state of a job that ended badly, else NULL (a virtual column,
 # indexed in place of the partial index).
 BAD_END_STATE_EXPRESSION = f"CASE WHEN {BAD_END} THEN state END"
@@ -398,13 +403,12 @@ def build_tables(prefix: str = DEFAULT_PREFIX, traits: TableTraits = TableTraits
         jobs.append_column(bad_end_state)
         sa.Index(bad_end_index_name(jobs.name), bad_end_state, jobs.c.id)
     else:
-        bad_end = sa.text(BAD_END)
         sa.Index(
             bad_end_index_name(jobs.name),
             jobs.c.state,
             jobs.c.id,
-            postgresql_where=bad_end,
-            sqlite_where=bad_end,
+            postgresql_where=sa.text(BAD_END),
+            sqlite_where=sa.text(BAD_END_COMPARISONS),
         )
     # What the job takes of named resources while it runs, as canonical JSON ({"gpu":
     # 2}); NULL: what its handler declares, written here when it is claimed

@@ -37,11 +37,12 @@ def filter_terms(t: Tables, f: JobFilter, now: float) -> list[sa.ColumnElement[b
     states = f.state
     if states and set(states) <= set(BAD_ENDS):
         if t.traits.partial_indexes:
-            terms.append(state_in(t, *states))
+            # The index's predicate in SQLite's words (readyq.schema.BAD_END_COMPARISONS):
+            # SQLite takes a partial index only for a query whose terms contain it, and
+            # PostgreSQL's, the same states as an IN list, follows from it.
+            terms.append(sa.or_(*(state_in(t, s) for s in BAD_ENDS)))
             if len(states) < len(BAD_ENDS):
-                # The index's predicate as written: SQLite takes a partial index only for
-                # a query whose terms contain it.
-                terms.append(state_in(t, *BAD_ENDS))
+                terms.append(state_in(t, *states))
         else:
             column = j.c.bad_end_state
             terms.append(
