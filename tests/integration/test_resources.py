@@ -22,6 +22,7 @@ import sqlalchemy as sa
 
 import readyq
 from readyq import JobState, admin
+from readyq.store import ResourceView
 from readyq_test_support import wait_for
 
 POLL = 0.02
@@ -832,3 +833,28 @@ def test_a_job_larger_than_the_capacity_holds_nothing_and_waits(db: str) -> None
     finally:
         consumer.close()
         producer.close()
+
+
+def test_a_reserved_head_does_not_hide_the_jobs_behind_it(queue: readyq.Queue) -> None:
+    """A claim for one job reads a window of each group's first jobs. A reserved job
+    there is planned as a reservation: the window widens past it, and a job behind it
+    that fits starts. Here the reservation outgrew a capacity that shrank, so it holds
+    nothing; before this was fixed the claim came back empty."""
+    queue.resource("gpu", capacity=2)
+    store = queue.store
+
+    def claim(gpus: int) -> list[int]:
+        view = ResourceView({"gpu": gpus}, {})
+        got = store.claim_jobs(owner="w", cap=3, limit=1, ttl=60.0, types=None,
+                               resources=view)
+        return [c.id for c in got]
+
+    running = queue.enqueue("t", uses={"gpu": 1})
+    assert claim(2) == [running]
+    big = queue.enqueue("t", uses={"gpu": 2})
+    small = queue.enqueue("t")
+    # The big job is next and does not fit: reserved; its group is done for this claim.
+    assert claim(2) == []
+    assert reserved_ids(queue) == [big]
+    assert claim(1) == [small]
+    assert queue.get(big).state is JobState.READY

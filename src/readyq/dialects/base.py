@@ -707,72 +707,32 @@ class Dialect(ABC):
         the reservations with what is true of their jobs now, the fair-share history of
         the groups of ``heads`` and their first jobs (:meth:`resource_heads`). For more
         groups than one statement holds, the heads of the rest are read on their own."""
-        j, g, r = t.jobs, t.groups, t.reservations
-        first = dict(list(sorted(heads.items()))[:COUNTS_PER_STATEMENT])
-        n = len(first)
+        j, r = t.jobs, t.reservations
+        first = dict(list(sorted(heads.items()))[: self._groups_per_state_read])
+        shape = self._state_groups_shape(len(first))
 
         def build() -> sa.CompoundSelect[Any]:
-            def typed(value: Any, type_: Any, name: str) -> Any:
-                if value is None:
-                    return sa.cast(sa.null(), type_).label(name)
-                return value.label(name)
-
-            def row(kind: int, **cols: Any) -> list[Any]:
-                shape: tuple[tuple[str, Any], ...] = (
-                    ("group_key", j.c.group_key.type), ("uses", j.c.uses.type),
-                    ("n", sa.BigInteger()), ("w", sa.Integer()), ("job_id", sa.BigInteger()),
-                    ("seq", sa.BigInteger()), ("state", j.c.state.type), ("type", j.c.type.type),
-                    ("priority", sa.Integer()), ("due", sa.Integer()), ("vf", sa.Double()),
-                )
-                return [sa.literal(kind).label("kind")] + [
-                    typed(cols.get(name), type_, name) for name, type_ in shape
-                ]
-
             flight = self._in_flight_read(
-                sa.select(*row(0, group_key=j.c.group_key, uses=j.c.uses,
-                               n=sa.func.count(), w=sa.func.max(j.c.weight)))
+                sa.select(*state_row(t, 0, group_key=j.c.group_key, uses=j.c.uses,
+                                     n=sa.func.count(), w=sa.func.max(j.c.weight)))
                 .where(state_in(t, *IN_FLIGHT_STATES))
                 .group_by(j.c.group_key, j.c.uses),
                 t,
             )
             due = sa.case((run_after_passed(t, now), 1), else_=0)
-            reserved = sa.select(*row(
-                1, group_key=j.c.group_key, uses=r.c.uses, w=j.c.weight, job_id=r.c.job_id,
+            reserved = sa.select(*state_row(
+                t, 1, group_key=j.c.group_key, uses=r.c.uses, w=j.c.weight, job_id=r.c.job_id,
                 seq=r.c.seq, state=j.c.state, type=j.c.type, due=due,
             )).select_from(r.outerjoin(j, j.c.id == r.c.job_id))
-            parts: list[Any] = [flight, reserved]
-            keys = [sa.bindparam(f"g{i}", type_=j.c.group_key.type) for i in range(n)]
-            if n:
-                parts.append(
-                    sa.select(*row(2, group_key=g.c.group_key, n=g.c.served_seq,
-                                   vf=g.c.vfinish))
-                    .where(g.c.group_key.in_(keys))
-                )
-            columns = (j.c.id, j.c.group_key, j.c.type, j.c.uses, j.c.weight, j.c.priority)
-            for i in range(n):
-                head = claim_head(
-                    t, now, keys[i], types, sa.bindparam(f"n{i}", type_=sa.Integer), *columns,
-                    part=lambda stmt, type_: self._by_type(stmt, t, [type_]), costed=True,
-                )
-                if merged_types(types) is None:
-                    head = self._by_type(head, t, types)
-                sub = head.subquery(f"rq_head{i}")
-                parts.append(sa.select(*row(
-                    3, group_key=sub.c.group_key, uses=sub.c.uses, w=sub.c.weight,
-                    job_id=sub.c.id, type=sub.c.type, priority=sub.c.priority,
-                )))
-            return sa.union_all(*parts)
+            return sa.union_all(flight, reserved, *self._state_groups(t, now, types, shape))
 
         stmt = self.cached(
-            ("resource_state", j.name, None if types is None else tuple(types), n), build
+            ("resource_state", j.name, None if types is None else tuple(types), shape), build
         )
-        params: dict[str, Any] = {}
-        for i, (key, limit) in enumerate(first.items()):
-            params[f"g{i}"] = key
-            params[f"n{i}"] = limit
+        params = self._state_groups_params(first)
         state = ResourceState([], [], {}, [])
         heads_out, flight_out = state.heads, state.flight
-        # Positional: the columns of ``row`` in order (kind, group_key, uses, n, w, job_id,
+        # Positional: the columns of ``state_row`` in order (kind, group_key, uses, n, w, job_id,
         # seq, state, type, priority, due, vf).
         for kind, group, uses, n_, w, job_id, seq, job_state, type_, priority, due, vf in (
             self.execute(conn, stmt, params).all()
@@ -796,6 +756,54 @@ class Dialect(ABC):
             )
             state.history.update(self._history(conn, t, sorted(rest)))
         return state
+
+    # The most groups whose history and heads one :meth:`resource_state` reads.
+    _groups_per_state_read: ClassVar[int] = COUNTS_PER_STATEMENT
+
+    def _state_groups_shape(self, n: int) -> int:
+        """What of ``n`` groups shapes :meth:`_state_groups`: here one read per group."""
+        return n
+
+    def _state_groups(
+        self,
+        t: Tables,
+        now: sa.ColumnElement[float],
+        types: Sequence[str] | None,
+        n: int,
+    ) -> list[sa.Select[Any]]:
+        """The parts of :meth:`resource_state` for ``n`` groups, bound as ``g{i}`` and
+        ``n{i}`` (:meth:`_state_groups_params`): their history, and a read of each
+        one's first jobs."""
+        if not n:
+            return []
+        j, g = t.jobs, t.groups
+        keys = [sa.bindparam(f"g{i}", type_=j.c.group_key.type) for i in range(n)]
+        parts = [
+            sa.select(*state_row(t, 2, group_key=g.c.group_key, n=g.c.served_seq,
+                                 vf=g.c.vfinish))
+            .where(g.c.group_key.in_(keys))
+        ]
+        columns = (j.c.id, j.c.group_key, j.c.type, j.c.uses, j.c.weight, j.c.priority)
+        for i in range(n):
+            head = claim_head(
+                t, now, keys[i], types, sa.bindparam(f"n{i}", type_=sa.Integer), *columns,
+                part=lambda stmt, type_: self._by_type(stmt, t, [type_]), costed=True,
+            )
+            if merged_types(types) is None:
+                head = self._by_type(head, t, types)
+            sub = head.subquery(f"rq_head{i}")
+            parts.append(sa.select(*state_row(
+                t, 3, group_key=sub.c.group_key, uses=sub.c.uses, w=sub.c.weight,
+                job_id=sub.c.id, type=sub.c.type, priority=sub.c.priority,
+            )))
+        return parts
+
+    def _state_groups_params(self, heads: Mapping[str, int]) -> dict[str, Any]:
+        params: dict[str, Any] = {}
+        for i, (key, limit) in enumerate(heads.items()):
+            params[f"g{i}"] = key
+            params[f"n{i}"] = limit
+        return params
 
     def _history(
         self, conn: Connection, t: Tables, groups: Sequence[str]
@@ -872,9 +880,7 @@ class Dialect(ABC):
         j = t.jobs
 
         def still() -> sa.ColumnElement[bool]:
-            return sa.and_(
-                self._ids_in(j.c.id, "rq_ids"), state_in(t, "ready"), run_after_passed(t, now)
-            )
+            return sa.and_(self._ready_ids(t, "rq_ids"), run_after_passed(t, now))
 
         # Built once per shape of the request, the ids bound at execution.
         params = {"rq_owner": req.owner, "rq_ttl": req.ttl, "rq_ids": list(ids)}
@@ -1028,6 +1034,10 @@ class Dialect(ABC):
         execution (``{name: ids}``)."""
         return column.in_(sa.bindparam(name, expanding=True))
 
+    def _ready_ids(self, t: Tables, name: str) -> sa.ColumnElement[bool]:
+        """The jobs of the ids bound as ``name`` (:meth:`_ids_in`) that are ready."""
+        return sa.and_(self._ids_in(t.jobs.c.id, name), state_in(t, "ready"))
+
     def _pairs_match(
         self,
         id_column: sa.ColumnElement[Any],
@@ -1119,6 +1129,30 @@ def claimed_from_row(
     )
 
 
+# The columns of every row of :meth:`Dialect.resource_state`, in order after its kind:
+# each part fills some and leaves the others NULL, typed so that the union's types agree.
+_STATE_COLUMNS: tuple[tuple[str, Callable[[Tables], Any]], ...] = (
+    ("group_key", lambda t: t.jobs.c.group_key.type), ("uses", lambda t: t.jobs.c.uses.type),
+    ("n", lambda t: sa.BigInteger()), ("w", lambda t: sa.Integer()),
+    ("job_id", lambda t: sa.BigInteger()), ("seq", lambda t: sa.BigInteger()),
+    ("state", lambda t: t.jobs.c.state.type), ("type", lambda t: t.jobs.c.type.type),
+    ("priority", lambda t: sa.Integer()), ("due", lambda t: sa.Integer()),
+    ("vf", lambda t: sa.Double()),
+)
+
+
+def state_row(t: Tables, kind: int, **cols: Any) -> list[Any]:
+    """A row of :meth:`Dialect.resource_state` of ``kind`` (0 in flight, 1 reservation,
+    2 history, 3 head) with ``cols``, the other columns NULL."""
+    out: list[Any] = [sa.literal(kind).label("kind")]
+    for name, type_of in _STATE_COLUMNS:
+        value = cols.get(name)
+        out.append(
+            sa.cast(sa.null(), type_of(t)).label(name) if value is None else value.label(name)
+        )
+    return out
+
+
 def claim_head(
     t: Tables,
     now: sa.ColumnElement[float],
@@ -1201,7 +1235,12 @@ def lease_values(t: Tables, req: ClaimRequest, now: sa.ColumnElement[float]) -> 
     j = t.jobs
     # Jobs enqueued without max_attempts take their handler's now (the rule: a value given
     # at enqueue wins, else the registration of the handler that runs the job).
-    attempts = {k: int(v[2]) for k, v in (req.start or {}).items() if len(v) > 2 and v[2]}
+    # (A type whose handler's value is the fallback needs no arm of its own.)
+    attempts = {
+        k: n
+        for k, v in (req.start or {}).items()
+        if len(v) > 2 and v[2] and (n := int(v[2])) != FALLBACK_MAX_ATTEMPTS
+    }
     resolved: Any = (
         sa.case(attempts, value=j.c.type, else_=FALLBACK_MAX_ATTEMPTS)
         if attempts
@@ -1228,7 +1267,8 @@ def lease_values(t: Tables, req: ClaimRequest, now: sa.ColumnElement[float]) -> 
         )
     if req.start is not None:
         timeouts = {k: v[0] for k, v in req.start.items() if v[0] is not None}
-        retries = {k: v[1] for k, v in req.start.items()}
+        # (A type that retries on timeout, as the ELSE does, needs no arm of its own.)
+        retries = {k: v[1] for k, v in req.start.items() if v[1] is not True}
         by_type: Any = sa.case(timeouts, value=j.c.type, else_=sa.null()) if timeouts else sa.null()
         values.update(
             state="running",

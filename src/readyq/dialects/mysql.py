@@ -132,11 +132,13 @@ def _by_type(
 
 
 def _counts_and_successors(
-    t: Tables, now: sa.ColumnElement[float], types: Sequence[str] | None, n: int
+    t: Tables, now: sa.ColumnElement[float], types: Sequence[str] | None, n: int,
+    costed: bool = False,
 ) -> sa.CompoundSelect[Any] | sa.Select[Any]:
     """Rows (kind, i, group, n, w): kind 0 is a probe (the first group for i = -1, the
     group after group i otherwise), kind 1 group i's runnable count up to ``:cap`` and
-    its largest weight. Groups are bound as ``:g0`` .. ``:g{n-1}``."""
+    its largest weight (with ``costed``, jobs that take resources counted too). Groups
+    are bound as ``:g0`` .. ``:g{n-1}``."""
     cap = sa.bindparam("cap", type_=sa.Integer)
     none = sa.null()
     # Scalar subqueries: a probe that finds nothing still yields its row, with NULL.
@@ -148,7 +150,7 @@ def _counts_and_successors(
         key = sa.bindparam(f"g{i}", type_=t.jobs.c.group_key.type)
         parts.append(sa.select(sa.literal(0), sa.literal(i),
                                _group_probe(t, key, types).scalar_subquery(), none, none))
-        head = _by_type(runnable_head(t, now, key, types, cap), t, types).subquery()
+        head = _by_type(runnable_head(t, now, key, types, cap, costed), t, types).subquery()
         parts.append(
             sa.select(sa.literal(1), sa.literal(i), none, sa.func.count(),
                       sa.func.max(head.c.weight)).select_from(head)
@@ -334,8 +336,8 @@ class MySQLDialect(Dialect):
     ) -> tuple[dict[str, tuple[int, int]], dict[str, tuple[float, int]]]:
         """Without the history, :meth:`_known_group_counts` when it can answer; else the
         portable statements (whose skip scan, :meth:`ready_groups`, learns the groups)."""
-        if not with_history and not costed:
-            counts = self._known_group_counts(conn, t, now, types, cap)
+        if not with_history:
+            counts = self._known_group_counts(conn, t, now, types, cap, costed)
             if counts is not None:
                 return counts, {}
         return super().runnable_counts(
@@ -349,9 +351,10 @@ class MySQLDialect(Dialect):
         now: sa.ColumnElement[float],
         types: Sequence[str] | None,
         cap: int,
+        costed: bool = False,
     ) -> dict[str, tuple[int, int]] | None:
         """The groups and their runnable counts in one statement, from the groups the
-        last skip scan found.
+        last skip scan found (the same groups whether or not ``costed``).
 
         The statement asks, for each of those groups, for its runnable count (up to the
         cap) and for the next group after it in the ready index, plus the first group.
@@ -368,8 +371,8 @@ class MySQLDialect(Dialect):
         n = len(known)
         shape = None if types is None else tuple(types)
         stmt = self.cached(
-            ("ready_counts", t.jobs.name, shape, n),
-            lambda: _counts_and_successors(t, now, types, n),
+            ("ready_counts", t.jobs.name, shape, n, costed),
+            lambda: _counts_and_successors(t, now, types, n, costed),
         )
         params: dict[str, Any] = {f"g{i}": key for i, key in enumerate(known)}
         params["cap"] = cap

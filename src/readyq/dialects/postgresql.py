@@ -40,6 +40,7 @@ from readyq.dialects.base import (
     claimed_from_row,
     done_values,
     lease_values,
+    state_row,
 )
 from readyq.dialects.postgresql_listener import PgListener, channel_for, conninfo_for
 from readyq.errors import ConfigurationError, UnsupportedDatabase
@@ -61,7 +62,6 @@ from readyq.sql.ready import (
     ready_group_walk,
     run_after_passed,
     runnable_head,
-    state_in,
 )
 
 # Quotes a table's name in the SQL written out as text (as copy_jobs does with the
@@ -174,6 +174,20 @@ class PostgresDialect(Dialect):
     def _ids_in(self, column: sa.ColumnElement[Any], name: str) -> sa.ColumnElement[bool]:
         """``column = ANY(:name)``, the list bound as one array."""
         return column == sa.any_(sa.bindparam(name, type_=ARRAY(sa.BigInteger)))
+
+    def _ready_ids(self, t: Tables, name: str) -> sa.ColumnElement[bool]:
+        """``id = ANY((SELECT :name)) AND state IS NOT DISTINCT FROM 'ready'``.
+
+        The array as an InitPlan is looked up by the primary key whatever its length;
+        and ``IS NOT DISTINCT FROM`` (the same test, as state is never NULL) is only
+        checked on the rows the ids find. Written as ``state = 'ready'``, it let the
+        planner take a ready index, whose estimate is low until the table is first
+        analyzed, and test every ready row against the ids."""
+        ids = sa.select(sa.bindparam(name, type_=ARRAY(sa.BigInteger))).scalar_subquery()
+        return sa.and_(
+            t.jobs.c.id == sa.any_(sa.cast(ids, ARRAY(sa.BigInteger))),
+            t.jobs.c.state.is_not_distinct_from("ready"),
+        )
 
     def _pairs_match(
         self,
@@ -522,6 +536,53 @@ class PostgresDialect(Dialect):
         }
         return counts, {}
 
+    # Every group in one read: the groups and their limits are bound as two arrays.
+    _groups_per_state_read: ClassVar[int] = 1 << 30
+
+    def _state_groups_shape(self, n: int) -> int:
+        return min(n, 1)
+
+    def _state_groups(
+        self,
+        t: Tables,
+        now: sa.ColumnElement[float],
+        types: Sequence[str] | None,
+        n: int,
+    ) -> list[sa.Select[Any]]:
+        """The history of the groups of ``:s_groups`` and the first ``:s_limits`` jobs of
+        each, as a LATERAL read per row of ``unnest(:s_groups, :s_limits)``: one plan
+        for any number of groups, which costs less to plan than a read per group."""
+        if not n:
+            return []
+        j, g = t.jobs, t.groups
+        keys = sa.bindparam("s_groups", type_=ARRAY(sa.String))
+        picks = (
+            sa.func.unnest(keys, sa.bindparam("s_limits", type_=ARRAY(sa.Integer)))
+            .table_valued("g", "n")
+            .render_derived(name="picks")
+        )
+        head = (
+            claim_head(
+                t, now, picks.c.g, types, picks.c.n,
+                j.c.id, j.c.group_key, j.c.type, j.c.uses, j.c.weight, j.c.priority,
+                costed=True,
+            )
+            .correlate(picks)
+            .lateral("rq_head")
+        )
+        return [
+            sa.select(*state_row(t, 2, group_key=g.c.group_key, n=g.c.served_seq,
+                                 vf=g.c.vfinish))
+            .where(g.c.group_key == sa.any_(keys)),
+            sa.select(*state_row(
+                t, 3, group_key=head.c.group_key, uses=head.c.uses, w=head.c.weight,
+                job_id=head.c.id, type=head.c.type, priority=head.c.priority,
+            )).select_from(picks.join(head, sa.true())),
+        ]
+
+    def _state_groups_params(self, heads: Mapping[str, int]) -> dict[str, Any]:
+        return {"s_groups": list(heads), "s_limits": list(heads.values())}
+
     def claim_jobs_recording(
         self,
         conn: Connection,
@@ -556,8 +617,7 @@ class PostgresDialect(Dialect):
             return (
                 sa.update(j)
                 .where(
-                    self._ids_in(j.c.id, "rq_ids"), state_in(t, "ready"),
-                    run_after_passed(t, now),
+                    self._ready_ids(t, "rq_ids"), run_after_passed(t, now),
                 )
                 .values(**lease_values(t, req, now))
                 .returning(*claim_columns(t))

@@ -107,9 +107,14 @@ def _in_json(column: sa.ColumnElement[Any], ids: sa.BindParameter[Any]) -> sa.Co
 
 class SQLiteDialect(Dialect):
     name: ClassVar[str] = "sqlite"
+    # No autocommit reads: Python's sqlite3 opens no transaction for a SELECT, so a read
+    # already runs without BEGIN and COMMIT, and switching the connection to autocommit
+    # costs SQLAlchemy's reset on its way back to the pool, ``PRAGMA read_uncommitted =
+    # 0``, which expires every statement the driver has prepared on the connection: the
+    # next claim would compile all its SQL in SQLite again.
     capabilities: ClassVar[Capabilities] = Capabilities(
         skip_locked=False, returning=True, partial_index=True, listen_notify=False,
-        row_locks=False, autocommit_reads=True,
+        row_locks=False,
     )
     # SQLite's generic error: an unknown table, column or function, a syntax error. A
     # locked database, a full disk or a file that cannot be opened have codes of their own.

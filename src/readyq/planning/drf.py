@@ -36,7 +36,7 @@ import math
 from collections import deque
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from readyq.planning.fair_share import Progress, water_fill
 
@@ -44,10 +44,9 @@ from readyq.planning.fair_share import Progress, water_fill
 GLOBAL = ""
 
 
-@dataclass(frozen=True)
-class Candidate:
+class Candidate(NamedTuple):
     """A runnable job the planner may start: its id, group, cost (with 1 of
-    :data:`GLOBAL`) and type."""
+    :data:`GLOBAL`) and type. (A tuple: a claim makes one per job it reads.)"""
 
     id: int
     group: str
@@ -119,10 +118,6 @@ def dominant(use: Mapping[str, int], capacity: Mapping[str, int]) -> float:
     return best
 
 
-def _fits(cost: Mapping[str, int], free: Mapping[str, int]) -> bool:
-    return all(units <= free.get(name, 0) for name, units in cost.items())
-
-
 def _possible(cost: Mapping[str, int], capacity: Mapping[str, int]) -> bool:
     """Whether ``cost`` fits in the whole capacity, were nothing else in flight."""
     return all(units <= capacity.get(name, 0) for name, units in cost.items())
@@ -161,40 +156,64 @@ def plan_starts(
     vfinish: dict[str, float] = {}
     last: dict[str, int] = {}
     clock = vclock
-    # Jobs of one kind share one cost mapping: its dominant cost is worked out once.
-    unit_cost: dict[int, float] = {}
+    # Jobs of one kind share one cost mapping: its items and dominant cost are worked
+    # out once per plan.
+    known_costs: dict[int, tuple[tuple[tuple[str, int], ...], float]] = {}
 
-    def cost_of(job: Candidate) -> float:
-        found = unit_cost.get(id(job.cost))
+    def kind_of(job: Candidate) -> tuple[tuple[tuple[str, int], ...], float]:
+        found = known_costs.get(id(job.cost))
         if found is None:
-            found = unit_cost[id(job.cost)] = dominant(job.cost, capacity)
+            found = known_costs[id(job.cost)] = (
+                tuple(job.cost.items()), dominant(job.cost, capacity)
+            )
         return found
 
-    # Each group's dominant share of what it holds, kept up to date as jobs are served.
-    dom_held = {g.key: dominant(g.held, capacity) for g in groups}
+    def cost_of(job: Candidate) -> float:
+        return kind_of(job)[1]
 
-    def serve(job: Candidate) -> None:
+    def fits(items: tuple[tuple[str, int], ...]) -> bool:
+        # A loop, not all() over a generator: this runs once per job planned.
+        for name, units in items:  # noqa: SIM110
+            if units > free.get(name, 0):
+                return False
+        return True
+
+    # Each group's dominant share of what it holds, kept up to date as jobs are served:
+    # what a group holds only grows here, so only the resources a job takes can raise it.
+    dom_held = {g.key: dominant(g.held, capacity) for g in groups}
+    scale = max(capacity.get(GLOBAL, 0), 1)
+
+    def serve(job: Candidate, items: tuple[tuple[str, int], ...]) -> None:
         picks.append(job)
-        cost = job.cost
-        mine = held.setdefault(job.group, {})
-        for name, units in cost.items():
+        group = job.group
+        mine = held.get(group)
+        if mine is None:
+            mine = held[group] = {}
+        best = dom_held.get(group, 0.0)
+        for name, units in items:
             free[name] = free.get(name, 0) - units
-            mine[name] = mine.get(name, 0) + units
-        dom_held[job.group] = dominant(mine, capacity)
-        last[job.group] = len(picks)
+            total = mine[name] = mine.get(name, 0) + units
+            if units > 0:
+                cap = capacity.get(name, 0)
+                share = float(scale) if cap <= 0 else total * scale / cap
+                if share > best:
+                    best = share
+        dom_held[group] = best
+        last[group] = len(picks)
 
     # Standing reservations first, oldest first: each starts if it fits, else keeps
     # (or grows) its hold on the free units it needs.
     reserved_ids = {r.job.id for r in reservations}
     for r in reservations:
         job = r.job
-        if _fits(job.cost, free) and r.claimable and len(picks) < budget:
+        items = kind_of(job)[0]
+        if fits(items) and r.claimable and len(picks) < budget:
             owner = by_key.get(job.group)
             w = owner.weight if owner is not None else 1
             before = vfinish.get(job.group, owner.vfinish if owner is not None else None)
             start = clock if before is None else max(clock, before)
             vfinish[job.group] = start + cost_of(job) / w
-            serve(job)
+            serve(job, items)
             served.add(job.id)
         elif _possible(job.cost, capacity):
             _take(job.cost, free, at_most=True)
@@ -271,8 +290,10 @@ def plan_starts(
             start, _, best = heapq.heappop(ahead)
         else:
             break
-        job = queue[best][0]
-        if not _fits(job.cost, free):
+        jobs = queue[best]
+        job = jobs[0]
+        items, d = kind_of(job)
+        if not fits(items):
             # It does not fit. Next in fair-share order, it holds what it needs of what
             # is free; either way its group is left out of this claim.
             if (
@@ -287,16 +308,48 @@ def plan_starts(
         while ahead and ahead[0][0] <= clock:
             _, s, k = heapq.heappop(ahead)
             heapq.heappush(level, (s, k))
-        queue[best].popleft()
-        serve(job)
-        order += 1
-        tag = vfinish[best] = start + cost_of(job) / weight[best]
-        if queue[best]:
-            if eligible(best):
+        # The group is served here while it stays first in order (no group level with
+        # the clock, none ahead at or below its new tag) and its next job fits: the same
+        # steps as a push and a pop, without the heap, and with its state kept local.
+        w, q = weight[best], quota.get(best, 0.0)
+        mine = held.get(best)
+        if mine is None:
+            mine = held[best] = {}
+        dom = dom_held.get(best, 0.0)
+        while True:
+            jobs.popleft()
+            picks.append(job)
+            for name, units in items:
+                free[name] = free.get(name, 0) - units
+                total = mine[name] = mine.get(name, 0) + units
+                if units > 0:
+                    cap = capacity.get(name, 0)
+                    share = float(scale) if cap <= 0 else total * scale / cap
+                    if share > dom:
+                        dom = share
+            order += 1
+            tag = start + d / w
+            if not jobs:
+                break
+            if q <= 0 or not (dom == 0 or dom < q - 1e-9):
+                held_back.append(max(clock, tag))
+                break
+            job = jobs[0]
+            items, d = kind_of(job)
+            if (
+                level
+                or (ahead and ahead[0][0] <= tag)
+                or len(picks) >= budget
+                or free.get(GLOBAL, 0) <= 0
+                or not fits(items)
+            ):
                 # Served groups queue behind the ones never served in this plan.
                 heapq.heappush(ahead, (tag, 1 << 62 | order, best))
-            else:
-                held_back.append(max(clock, tag))
+                break
+            start = clock = tag
+        vfinish[best] = tag
+        dom_held[best] = dom
+        last[best] = len(picks)
     if len(capacity) > 1:
         # Work conservation: in dominant units a group may reach its quota on one
         # resource while others sit idle. What is still free goes, in tag order, to any
@@ -307,13 +360,13 @@ def plan_starts(
             fitting = [
                 (max(clock, vfinish.get(k, by_key[k].vfinish) or clock), by_key[k].served_seq, k)
                 for k, jobs in queue.items()
-                if jobs and _fits(jobs[0].cost, free)
+                if jobs and fits(kind_of(jobs[0])[0])
             ]
             if not fitting:
                 break
             start, _, best = min(fitting)
             job = queue[best].popleft()
-            serve(job)
+            serve(job, kind_of(job)[0])
             vfinish[best] = start + cost_of(job) / weight[best]
     return DrfPlan(
         picks=tuple(picks),

@@ -29,11 +29,12 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
-from readyq.dialects import ClaimReceipt, ClaimRequest, Progress, RecordsProgressInClaim
+from readyq.dialects import ClaimReceipt, ClaimRequest, Progress, ResourceState
 from readyq.model import ClaimedJob
 from readyq.planning.drf import (
     GLOBAL,
     Candidate,
+    DrfPlan,
     GroupState,
     Reserved,
     plan_starts,
@@ -187,27 +188,27 @@ def claim_weighed(
         )
         weight[group] = max(weight.get(group, 1), int(w or 1))
     history = state.history
-    heads = candidates(state.heads, cost)
     capacity = {GLOBAL: cap, **view.capacity}
     vclock, seq = float(gate.vclock), int(gate.seq)
-    for again in (True, False):
-        states = group_states(heads, held, ready, weight, history, standing)
-        plan = plan_starts(capacity, states, vclock, reservations=standing, max_claims=limit)
-        taken = plan.claims
-        short = {
-            key: min(n, most, HEADS_MAX)
-            for key, (n, _) in ready.items()
-            if taken.get(key, 0) >= len(heads.get(key, ())) and want[key] < min(n, most)
-        }
-        if not again or not short or len(plan.picks) >= most:
-            break
-        want.update(short)
-        more = candidates(d.resource_heads(conn, t, now, short, types), cost)
-        heads.update(more)
+    run = None
+    if budget is None and not standing:
+        run = lone_run(state.heads, cost, ready, held, capacity, most, want)
+    if run is not None:
+        # One group, one cost, and all it may start fits: the plan is its first jobs.
+        plan, alone = DrfPlan(picks=tuple(run)), True
+    else:
+        plan, states = _plan(
+            ctx, conn, state, cost, capacity, held, ready, weight, history, standing,
+            want, most, limit, types, vclock,
+        )
+        alone = len(states) == 1
     picks = list(plan.picks)
     if budget is not None:
         picks = _within_allowance(picks, budget)
     claimed: list[ClaimedJob] = []
+    # One group alone (with work, jobs in flight or a reservation) has nothing to share
+    # with: as in the plain claim, the fair-share clocks stay as they are (a group that
+    # joins later starts level), and its picks never depend on them.
     # The groups whose rows the claim statement itself wrote (the plan's progress).
     written: set[str] | None = None
     if picks:
@@ -216,11 +217,12 @@ def claim_weighed(
             uses=view.handler_text,
         )
         ids = [c.id for c in picks]
-        if isinstance(d, RecordsProgressInClaim) and budget is None:
+        recorder = ctx.progress_recorder
+        if recorder is not None and budget is None and not alone:
             # The claim also stores the progress the plan expects; corrected below when
             # fewer jobs came back (a row another transaction changed meanwhile).
             expected = progress_of(plan, set(ids), states, capacity, vclock, seq)
-            claimed = d.claim_ids_recording(
+            claimed = recorder.claim_ids_recording(
                 conn, t, request, ids, now,
                 Progress(progress_rows(expected), set(history), expected.vclock, expected.seq),
             ).read()
@@ -246,7 +248,7 @@ def claim_weighed(
                 for i, c in enumerate(plan.reserve)
             ],
         )
-    if (written is None or len(claimed) != len(picks)) and (claimed or written):
+    if not alone and (written is None or len(claimed) != len(picks)) and (claimed or written):
         progress = progress_of(plan, got, states, capacity, vclock, seq)
         rows = progress_rows(progress)
         # A group whose row the claim wrote but that got nothing: as it was before.
@@ -261,6 +263,102 @@ def claim_weighed(
     return ClaimReceipt(len(claimed), lambda: claimed)
 
 
+def _plan(
+    ctx: StoreContext,
+    conn: Connection,
+    state: ResourceState,
+    cost: Callable[[str, str | None], dict[str, int] | None],
+    capacity: Mapping[str, int],
+    held: Mapping[str, Mapping[str, int]],
+    ready: Mapping[str, tuple[int, int]],
+    weight: Mapping[str, int],
+    history: Mapping[str, tuple[float, int]],
+    standing: Sequence[Reserved],
+    want: dict[str, int],
+    most: int,
+    limit: int,
+    types: Sequence[str] | None,
+    vclock: float,
+) -> tuple[DrfPlan, list[GroupState]]:
+    """The plan over every group's first jobs; a group whose first jobs the plan used
+    up, with more to run, is read again in full and the plan made again."""
+    heads = candidates(state.heads, cost)
+    # A reserved job read among a group's heads is planned as a reservation, not as a
+    # head: the group's window is wider by the reservations it holds.
+    reserved_in: dict[str, int] = {}
+    for r in standing:
+        reserved_in[r.job.group] = reserved_in.get(r.job.group, 0) + 1
+    reserved_ids = {r.job.id for r in standing}
+    for again in (True, False):
+        states = group_states(heads, held, ready, weight, history, standing)
+        plan = plan_starts(capacity, states, vclock, reservations=standing, max_claims=limit)
+        taken = plan.claims
+        short = {}
+        for key, (n, _) in ready.items():
+            window = heads_window(n, most, reserved_in.get(key, 0))
+            unreserved = sum(1 for c in heads.get(key, ()) if c.id not in reserved_ids)
+            if taken.get(key, 0) >= unreserved and want[key] < window:
+                short[key] = window
+        if not again or not short or len(plan.picks) >= most:
+            break
+        want.update(short)
+        more = ctx.dialect.resource_heads(conn, ctx.tables, ctx.now, short, types)
+        heads.update(candidates(more, cost))
+    return plan, states
+
+
+def heads_window(runnable: int, most: int, reserved: int) -> int:
+    """How many of a group's first jobs a claim of at most ``most`` starts may need:
+    a group whose read fell short of this, and was used up, is read again."""
+    return min(runnable, most + reserved, HEADS_MAX)
+
+
+def lone_run(
+    rows: Sequence[Any],
+    cost: Callable[[str, str | None], dict[str, int] | None],
+    ready: Mapping[str, tuple[int, int]],
+    held: Mapping[str, Mapping[str, int]],
+    capacity: Mapping[str, int],
+    most: int,
+    want: Mapping[str, int],
+) -> list[Candidate] | None:
+    """The starts of a group alone, without planning job by job, or None when they need
+    the plan.
+
+    With no reservation standing, one group that has work (and nothing in flight of any
+    other group) is given its runnable jobs in claim order while they fit: the plan's
+    order and quotas only arbitrate between groups. When its first jobs (``rows``, as
+    :class:`~readyq.dialects.base.ResourceState` holds them) all cost the same and every
+    start it may make fits, those starts are its first ``n`` jobs. Otherwise (costs that
+    differ, a job that does not fit and would be reserved, first jobs the starts would
+    use up with more to read) the plan decides."""
+    if not rows or len(ready) > 1:
+        return None
+    key = rows[0][1]
+    if any(group != key for group in held) or (ready and key not in ready):
+        return None
+    first: dict[str, int] | None = None
+    for _, group, type_, stored, _, _ in rows:
+        c = cost(type_, stored)
+        if c is None or group != key:
+            return None
+        if first is None:
+            first = c
+        elif c is not first and c != first:
+            return None
+    assert first is not None
+    runnable = ready[key][0] if ready else len(rows)
+    n = min(most, len(rows), runnable)
+    mine = held.get(key, {})
+    for name, units in first.items():
+        if units > 0 and (capacity.get(name, 0) - mine.get(name, 0)) // units < n:
+            return None
+    if n == len(rows) and want.get(key, n) < heads_window(runnable, most, 0):
+        return None
+    ordered = sorted(rows, key=_claim_order)[:n]
+    return [Candidate(int(r[0]), key, first, r[2]) for r in ordered]
+
+
 def candidates(
     rows: Sequence[Any],
     cost: Callable[[str, str | None], dict[str, int] | None],
@@ -268,14 +366,24 @@ def candidates(
     """Rows (id, group, type, stored costs, weight, priority) as each group's
     candidates in claim order, with their costs (a job whose costs name a resource this
     worker does not keep is left out)."""
-    heads: dict[str, list[tuple[tuple[int, int], Candidate]]] = {}
-    for job_id, group, type_, stored, _, priority in rows:
-        c = cost(type_, stored)
+    heads: dict[str, list[Candidate]] = {}
+    # Most rows share their type and stored costs with the row before: looked up once.
+    last: tuple[str, str | None] | None = None
+    c: dict[str, int] | None = None
+    for job_id, group, type_, stored, _, _ in sorted(rows, key=_claim_order):
+        if last is None or last[0] != type_ or last[1] != stored:
+            last, c = (type_, stored), cost(type_, stored)
         if c is not None:
-            heads.setdefault(group, []).append(
-                ((-int(priority), int(job_id)), Candidate(int(job_id), group, c, type_))
-            )
-    return {k: [c for _, c in sorted(v, key=lambda x: x[0])] for k, v in heads.items()}
+            mine = heads.get(group)
+            if mine is None:
+                mine = heads[group] = []
+            mine.append(Candidate(int(job_id), group, c, type_))
+    return heads
+
+
+def _claim_order(row: Sequence[Any]) -> tuple[int, int]:
+    """Higher priority first, then the oldest id."""
+    return (-int(row[5]), int(row[0]))
 
 
 def group_states(
