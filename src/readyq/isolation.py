@@ -163,7 +163,8 @@ def child_main(conn: multiprocessing.connection.Connection) -> None:
         with send_lock:
             conn.send(msg)
 
-    def heartbeat(job: Job) -> None:
+    def heartbeat(job: Job, **_flags: Flag) -> None:
+        # The job's flags (``lost``, ``cancelled``) are set by the reader above.
         from readyq.errors import LeaseLost
 
         with arrived:

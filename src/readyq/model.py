@@ -226,7 +226,9 @@ class Job:
     parent_id: int | None
     lease_token: int
     worker_id: str
-    _heartbeat: Callable[[Job], None] = field(repr=False)
+    # Called as ``_heartbeat(job, lost=..., cancelled=...)`` with the job's own flags, so
+    # that a worker can pass one bound method for all its jobs.
+    _heartbeat: Callable[..., None] = field(repr=False)
     _lost: Flag = field(default_factory=Flag, repr=False)
     _cancelled: Flag = field(default_factory=Flag, repr=False)
 
@@ -246,4 +248,4 @@ class Job:
         Workers already heartbeat every running job; call this to learn early whether the
         job should stop. Raises :class:`readyq.LeaseLost` if the lease is gone.
         """
-        self._heartbeat(self)
+        self._heartbeat(self, lost=self._lost, cancelled=self._cancelled)

@@ -61,9 +61,9 @@ def encode(value: Any, *, max_bytes: int, what: str = "args") -> str:
 
     ``what`` names the value in the messages: ``args`` or ``result``.
     """
-    are, take, hold = _VERBS.get(what, _VERBS["args"])
     if value is None and max_bytes >= 4:  # what most handlers return
         return "null"
+    are, take, hold = _VERBS.get(what, _VERBS["args"])
     try:
         text = _dumps(value)
     except (TypeError, ValueError) as exc:

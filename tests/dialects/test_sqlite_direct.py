@@ -270,3 +270,34 @@ def test_result_processors_apply_to_direct_rows(queue: readyq.Queue) -> None:
         assert row == (False, False)
         assert type(row[0]) is bool
         assert row._fields == ("cancel_requested", "is_container")
+
+
+def test_an_idle_ticks_reads_leave_the_drivers_prepared_statements_alone(
+    queue: readyq.Queue,
+) -> None:
+    """The one-statement reads of a tick (is a job runnable, is one unfinished, is a lease
+    due) run as plain SELECTs: Python's sqlite3 opens no transaction for them. Switching
+    the connection to autocommit would cost SQLAlchemy's reset on its way back to the
+    pool, ``PRAGMA read_uncommitted = 0``, which expires every statement sqlite3 has
+    prepared on the connection, so that the next claim compiles its SQL again."""
+    store = queue.store
+    queue.enqueue("t")
+    seen: list[str] = []
+
+    def trace(dbapi_conn: Any, _record: Any, _proxy: Any) -> None:
+        dbapi_conn.set_trace_callback(seen.append)
+
+    def untrace(dbapi_conn: Any, _record: Any) -> None:
+        dbapi_conn.set_trace_callback(None)
+
+    sa.event.listen(queue.engine, "checkout", trace)
+    sa.event.listen(queue.engine, "checkin", untrace)
+    try:
+        assert store.runnable_exists(["t"])
+        assert store.has_unfinished(["t"])
+        assert store.reclaim_expired().total == 0
+    finally:
+        sa.event.remove(queue.engine, "checkout", trace)
+        sa.event.remove(queue.engine, "checkin", untrace)
+    assert len(seen) == 3, seen
+    assert all(s.lstrip().startswith("SELECT") for s in seen), seen

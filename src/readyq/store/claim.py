@@ -20,7 +20,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
-from readyq.dialects import ClaimReceipt, ClaimRequest, Progress, RecordsProgressInClaim
+from readyq.dialects import ClaimReceipt, ClaimRequest, Progress
 from readyq.errors import SchemaNotFound
 from readyq.model import ClaimedJob
 from readyq.planning.fair_share import (
@@ -165,11 +165,12 @@ def claim_jobs(
     expected: FairShareProgress | None = None
     if budget is None:
         expected = planned_progress(plan, seq)
-        if isinstance(d, RecordsProgressInClaim):
+        recorder = ctx.progress_recorder
+        if recorder is not None:
             # The claim also stores the progress the plan expects; it is corrected below
             # in the rare case that fewer jobs came back (rows locked by another
             # transaction are skipped).
-            receipt = d.claim_jobs_recording(
+            receipt = recorder.claim_jobs_recording(
                 conn, t, requests, now,
                 Progress(progress_rows(expected), known, expected.vclock, expected.seq),
             )

@@ -25,6 +25,9 @@ from readyq.store.records import Applied, Lease, LeaseStatus, Outcome, OutcomeKi
 MAX_ERROR_CHARS = 8000
 
 _BY_JOB_ID = attrgetter("job.id")
+# Read once: on Python 3.11 every ``OutcomeKind.X`` goes through EnumType.__getattr__'s
+# slow attribute path, and this one is compared for every outcome.
+_DONE = OutcomeKind.DONE
 # The states a recorded outcome leaves behind (a retry or hand-back loses to a cancel).
 _LEAVES = {
     OutcomeKind.RETRY: ("ready", "cancelled"),
@@ -114,11 +117,11 @@ def record_outcomes(
     """
     applied: Applied = {}
     ended: list[tuple[int, str, int | None]] = []
-    done = sorted((o for o in outcomes if o.kind == OutcomeKind.DONE), key=_BY_JOB_ID)
+    done = sorted((o for o in outcomes if o.kind == _DONE), key=_BY_JOB_ID)
     edges = None
     if done:
         edges = _record_done(ctx, conn, owner, done, applied, ended)
-    for o in sorted((o for o in outcomes if o.kind != OutcomeKind.DONE), key=_BY_JOB_ID):
+    for o in sorted((o for o in outcomes if o.kind != _DONE), key=_BY_JOB_ID):
         _record_one(ctx, conn, owner, o, applied, ended)
     propagate(ctx, conn, ended, done_edges=edges)
     return applied
