@@ -3,6 +3,7 @@ of it at their next heartbeat, and containers cancel their pending children."""
 
 from __future__ import annotations
 
+import itertools
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -10,6 +11,7 @@ from contextlib import contextmanager
 from typing import Any
 
 import pytest
+import sqlalchemy as sa
 
 import readyq
 from readyq import JobState
@@ -290,6 +292,33 @@ def test_cancelling_a_container_cancels_its_pending_children(
     queue.store.clock_offset = 601
     run_bounded(queue)
     assert calls.ids == [outside]
+
+
+def test_a_container_cancels_its_children_in_id_order(queue: readyq.Queue) -> None:
+    # A chain: each child waits on the one enqueued before it. Cancelled in id order,
+    # the first is cancelled and the rest end upstream_failed, whatever order the
+    # database keeps the rows in.
+    box = queue.enqueue_container("batch")
+    chain = [queue.enqueue("work", parent=box)]
+    for _ in range(4):
+        chain.append(queue.enqueue("work", parent=box, depends_on=[chain[-1]]))
+    # Rewrite the first child's row through an indexed column, so that a scan of the
+    # container's children no longer meets it first (on PostgreSQL, the row moves).
+    jobs = queue.store.tables.jobs
+    with queue.engine.begin() as conn:
+        for parent in (None, box):
+            conn.execute(sa.update(jobs).where(jobs.c.id == chain[0]).values(parent_id=parent))
+
+    assert queue.cancel(box) is True
+
+    head = queue.get(chain[0])
+    assert (head.state, head.error) == (JobState.CANCELLED, "cancelled")
+    for before, child in itertools.pairwise(chain):
+        info = queue.get(child)
+        assert info.state is JobState.UPSTREAM_FAILED, (child, info.state)
+        assert info.error == f"dependency {before} ended " + (
+            "cancelled" if before == chain[0] else "upstream_failed")
+    assert queue.get(box).state is JobState.FAILED
 
 
 def test_cancelling_an_empty_container(queue: readyq.Queue, calls: Calls) -> None:

@@ -56,6 +56,9 @@ def cancel(ctx: StoreContext, conn: Connection, job_id: int) -> bool:
             sa.select(j.c.id).where(
                 j.c.parent_id == job_id, j.c.state.in_((*UNFINISHED_STATES, "active"))
             )
+            # In id order: the outcome (a child whose sibling it depends on, cancelled
+            # first, ends upstream_failed) is the same on every database and every run.
+            .order_by(j.c.id)
         ).scalars().all()
         for child in children:
             cancel(ctx, conn, int(child))
