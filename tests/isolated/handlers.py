@@ -53,7 +53,11 @@ def hog(job: readyq.Job) -> int:
 def sleeper(job: readyq.Job) -> dict[str, Any]:
     """Writes its pid to ``pid_file`` (once per attempt), sleeps ``seconds``, heartbeating
     each second when ``beat`` is set; reports whether it saw a cancel."""
-    Path(job.args["pid_file"]).write_text(f"{os.getpid()} {job.attempt}")
+    # Written whole or not at all: a test polls for the file and reads it at once.
+    target = Path(job.args["pid_file"])
+    part = target.with_name(target.name + ".part")
+    part.write_text(f"{os.getpid()} {job.attempt}")
+    os.replace(part, target)
     end = time.monotonic() + job.args["seconds"]
     while time.monotonic() < end:
         time.sleep(0.05)
