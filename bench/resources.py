@@ -9,8 +9,12 @@ Two worker processes share a resource of 4 units ("gpu") and a global cap of 8:
    one job of 4 units is enqueued in a third group. Its wait from the moment it was
    reserved to its start, against the bound: the latest end of the jobs that held units
    when it was reserved. Repeated a few times; the longest wait and its bound are shown.
+3. Throughput (with --throughput N): N rounds of 5,000 no-op jobs, batch 100 per process,
+   with one unit of a resource per job (its capacity the global cap, so that it binds no
+   more than the cap) and then without resources, on 1 and 2 processes (bench/run.py's
+   run_readyq); the median ratio of the rates, with every round's.
 
-Run: python bench/resources.py [--pg-url URL] [--mariadb-url URL]
+Run: python bench/resources.py [--pg-url URL] [--mariadb-url URL] [--throughput 5]
 """
 
 from __future__ import annotations
@@ -18,12 +22,13 @@ from __future__ import annotations
 import argparse
 import multiprocessing
 import random
+import statistics
 import tempfile
 import time
 from typing import Any
 
 import sqlalchemy as sa
-from run import peak_of
+from run import DEFAULT_MARIADB, DEFAULT_PG, peak_of, run_readyq
 
 import readyq
 from readyq.resources import decode
@@ -164,15 +169,31 @@ def reservation(url: str, rounds: int) -> tuple[float, float, int, int]:
     return worst[0], worst[1], seen, peak
 
 
+def throughput(kind: str, base_url: str, processes: int, rounds: int) -> list[tuple[float, float]]:
+    """(jobs/s with resources, without) of each round, taken alternately."""
+    out = []
+    for _ in range(rounds):
+        on = run_readyq(kind, base_url, 5000, processes, 100, resource=100 * processes)
+        off = run_readyq(kind, base_url, 5000, processes, 100)
+        out.append((on.jobs_per_s, off.jobs_per_s))
+    return out
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--pg-url", default="postgresql+psycopg://postgres@127.0.0.1/postgres")
     ap.add_argument("--mariadb-url", default="mysql+pymysql://root@127.0.0.1/test")
     ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--throughput", type=int, default=0, metavar="ROUNDS",
+                    help="also compare throughput with and without resources")
+    ap.add_argument("--only-throughput", action="store_true")
     args = ap.parse_args()
     dbs = [("SQLite", f"sqlite:///{tempfile.mkdtemp()}/resources.db"),
            ("PostgreSQL", args.pg_url), ("MariaDB", args.mariadb_url)]
-    print(f"resources: capacity {CAPACITY}, global cap {CAP}, 2 worker processes")
+    if args.only_throughput:
+        dbs = []
+    else:
+        print(f"resources: capacity {CAPACITY}, global cap {CAP}, 2 worker processes")
     for name, url in dbs:
         a, b, peak = drf(url)
         wait, bound, seen, peak2 = reservation(url, args.rounds)
@@ -181,6 +202,18 @@ def main() -> int:
               f"{seen} of {args.rounds} rounds, longest wait {wait:.3f}s against a bound "
               f"of {bound:.3f}s (the last holder's end; the rest is the next claim's "
               f"latency, {1000 * (wait - bound):.0f} ms)", flush=True)
+    if args.throughput:
+        print("throughput with 1 unit per job against none (5,000 no-op jobs, batch 100; "
+              "median of the rounds' ratios)")
+        for name, kind, base in (("SQLite", "sqlite", ""), ("PostgreSQL", "postgresql", DEFAULT_PG),
+                                 ("MariaDB", "mariadb", DEFAULT_MARIADB)):
+            for processes in (1, 2):
+                found = throughput(kind, base, processes, args.throughput)
+                ratios = [on / off for on, off in found]
+                rounds = ", ".join(f"{on:,.0f}/{off:,.0f}" for on, off in found)
+                print(f"  {name:10} {processes} proc: {statistics.median(ratios):.2f}x "
+                      f"(rounds {min(ratios):.2f}x to {max(ratios):.2f}x; jobs/s with/without: "
+                      f"{rounds})", flush=True)
     return 0
 
 

@@ -657,6 +657,10 @@ def main(argv: list[str] | None = None) -> int:
                         "postgresql", args.pg_url, args.jobs, p, LARGE_BATCH, prepared=False)),
                     ("proc", lambda p=p: from_peer(peers.run_procrastinate(pg, 2000, p, 10))),
                 ]
+                # readyq at LARGE_BATCH on SQLite too: huey claims one task at a time
+                # and has no batch setting, so readyq's larger claim is compared with it.
+                configs.append((f"readyq sqlite {LARGE_BATCH}", lambda p=p: run_readyq(
+                    "sqlite", "", args.jobs, p, LARGE_BATCH)))
                 # The queues a user would pick on each database, at the settings given in
                 # bench/peers.py, with the same jobs as readyq.
                 for kind, url in dbs:
@@ -744,6 +748,12 @@ def main(argv: list[str] | None = None) -> int:
                 elif not r.system.startswith("readyq"):
                     print(f"  readyq / {r.system} ({r.database}, {p} proc): "
                           f"{ours.jobs_per_s / r.jobs_per_s:.2f}x{by_round(ours, r)}")
+                    # The same peer against readyq at its larger claim (not a batch
+                    # variant of a peer or a loop, which is compared at its own size).
+                    if r.database in large and "(batch " not in r.system:
+                        big = large[r.database]
+                        print(f"  {big.system} / {r.system} ({r.database}, {p} proc): "
+                              f"{big.jobs_per_s / r.jobs_per_s:.2f}x{by_round(big, r)}")
 
     if failed:
         print("\npeers left out of the table (not installed, or a run that failed its checks):")
