@@ -183,6 +183,34 @@ def test_cancel_a_waiting_job(page: Any, served: Served, tmp_path: Path) -> None
     assert page.errors == [], page.errors
 
 
+def test_a_refresh_in_flight_does_not_swap_away_the_selected_rows(
+    page: Any, served: Served
+) -> None:
+    """A live refresh sent before a row was selected answers after it: its answer is not
+    swapped in (the form would then cancel nothing), and the page says it waits."""
+    q = served.queue
+    g = group()
+    p = seed(q, group=g)
+    page.goto(f"{served.url}/jobs?group={g}&state=waiting")
+    page.wait_for_load_state("load")  # the deferred scripts, htmx's included, have run
+    # (An attribute, not a script waited on: the page's policy forbids eval.)
+    page.evaluate(
+        "() => document.body.addEventListener('htmx:afterRequest',"
+        " () => document.body.setAttribute('data-test-answered', 'yes'))"
+    )
+    box = f"#jobs-table tr[data-job-id='{p.waiting}'] input[name=id]"
+    page.check(box)
+    # The refresh as the timer sends it when nothing is selected yet.
+    page.evaluate("document.body.dispatchEvent(new Event('rq-refresh'))")
+    page.wait_for_selector("body[data-test-answered=yes]", state="attached")
+    assert page.is_checked(box)
+    assert page.is_visible("[data-selection-note]")
+    page.click("[data-action=cancel-selected]")
+    page.wait_for_selector("section.confirm[data-confirmed=no]")
+    assert page.get_attribute("section.confirm", "data-changed") == "1"
+    assert page.errors == [], page.errors
+
+
 def test_a_container_s_graph_draws_the_database_s_jobs(
     page: Any, served: Served, tmp_path: Path
 ) -> None:

@@ -36,7 +36,7 @@
     body.dispatchEvent(new Event("rq-refresh"));
   }
 
-  function setPaused(value) {
+  function setPaused(value, initial) {
     paused = value;
     if (window.localStorage) { localStorage.setItem("readyq.paused", value ? "1" : "0"); }
     if (toggle) {
@@ -45,13 +45,26 @@
     }
     body.setAttribute("data-live-paused", value ? "yes" : "no");
     describe();
-    if (!value) { refresh(); }
+    // On load the page is fresh: the first refresh is the timer's.
+    if (!value && !initial) { refresh(); }
   }
 
   if (toggle) {
     toggle.addEventListener("click", function () { setPaused(!paused); });
   }
-  setPaused(paused);
+  setPaused(paused, true);
+  lastRefresh = Date.now();
+
+  // A refresh sent before rows were selected must not swap them away when its answer
+  // arrives: the form would then submit without the rows the user chose.
+  body.addEventListener("htmx:beforeSwap", function (event) {
+    var region = document.querySelector("[data-pause-on-selection]");
+    if (region && event.detail && event.detail.target === region && selectedRows() > 0) {
+      event.detail.shouldSwap = false;
+      var note = document.querySelector("[data-selection-note]");
+      if (note) { note.hidden = false; }
+    }
+  });
 
   // Polling everywhere; with notifications also at once when jobs become ready (a job
   // that ends sends no notification, so the polls stay).
