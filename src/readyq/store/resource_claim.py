@@ -37,9 +37,11 @@ from readyq.planning.drf import (
     DrfPlan,
     GroupState,
     Reserved,
+    dominant,
     plan_starts,
     progress_of,
 )
+from readyq.planning.fair_share import GroupDemand, plan_claims
 from readyq.rate_limits import RateLimit
 from readyq.resources import decode, encode
 from readyq.store.claim import NOTHING, Budget, lock_gate, open_budget, open_claim, progress_rows
@@ -193,9 +195,17 @@ def claim_weighed(
     run = None
     if budget is None and not standing:
         run = lone_run(state.heads, cost, ready, held, capacity, most, want)
+    uniform = None
+    if run is None and budget is None and not standing:
+        uniform = uniform_plan(
+            state.heads, cost, ready, held, capacity, weight, history, limit, vclock
+        )
     if run is not None:
         # One group, one cost, and all it may start fits: the plan is its first jobs.
         plan, alone = DrfPlan(picks=tuple(run)), True
+    elif uniform is not None:
+        plan, states = uniform
+        alone = len(states) == 1
     else:
         plan, states = _plan(
             ctx, conn, state, cost, capacity, held, ready, weight, history, standing,
@@ -357,6 +367,87 @@ def lone_run(
         return None
     ordered = sorted(rows, key=_claim_order)[:n]
     return [Candidate(int(r[0]), key, first, r[2]) for r in ordered]
+
+
+def uniform_plan(
+    rows: Sequence[Any],
+    cost: Callable[[str, str | None], dict[str, int] | None],
+    ready: Mapping[str, tuple[int, int]],
+    held: Mapping[str, Mapping[str, int]],
+    capacity: Mapping[str, int],
+    weight: Mapping[str, int],
+    history: Mapping[str, tuple[float, int]],
+    limit: int,
+    vclock: float,
+) -> tuple[DrfPlan, list[GroupState]] | None:
+    """The plan when resources cannot change it, from the counts alone; None when they
+    might (the planner then decides job by job).
+
+    That is so when every job read costs the same, one dominant unit (no resource
+    fuller, per job, than the global cap: a job's share of each is at most its share of
+    the cap), each group's dominant share of what it holds is its count of jobs in
+    flight, and what is free of each resource covers the starts the cap leaves room
+    for. Then no start can fail to fit, every quota and tag in dominant units is the
+    plain fair share's in jobs, and the plan is
+    :func:`readyq.planning.fair_share.plan_claims` on the counts: the same starts, the
+    same fair-share clocks. (A group whose read first jobs the plan would use up is left
+    to the planner, which reads more of them.)"""
+    if not rows:
+        return None
+    first: dict[str, int] | None = None
+    heads: dict[str, list[Any]] = {}
+    for row in rows:
+        c = cost(row[2], row[3])
+        if c is None:
+            return None
+        if first is None:
+            first = c
+        elif c is not first and c != first:
+            return None
+        mine = heads.get(row[1])
+        if mine is None:
+            mine = heads[row[1]] = []
+        mine.append(row)
+    assert first is not None
+    if dominant(first, capacity) != 1.0:
+        return None
+    free = dict(capacity)
+    for holds in held.values():
+        if dominant(holds, capacity) != holds.get(GLOBAL, 0):
+            return None
+        for name, units in holds.items():
+            free[name] = free.get(name, 0) - units
+    starts = min(limit, free[GLOBAL])
+    for name, units in first.items():
+        if name != GLOBAL and free.get(name, 0) < units * starts:
+            return None
+    keys = sorted(set(ready) | set(heads) | set(held))
+    demands = []
+    states = []
+    for key in keys:
+        hist = history.get(key)
+        vfinish = None if hist is None else hist[0]
+        served_seq = 0 if hist is None else hist[1]
+        runnable = ready.get(key, (len(heads.get(key, ())), 0))[0]
+        in_flight = held.get(key, {}).get(GLOBAL, 0)
+        demands.append(GroupDemand(key, weight.get(key, 1), in_flight, runnable, vfinish,
+                                   served_seq))
+        states.append(GroupState(key, weight.get(key, 1), held.get(key, {}), runnable,
+                                 (), vfinish, served_seq))
+    counts = plan_claims(capacity[GLOBAL], demands, vclock, max_claims=limit)
+    for key, n in counts.claims.items():
+        if n > len(heads.get(key, ())):
+            return None
+    queues = {key: iter(sorted(mine, key=_claim_order)) for key, mine in heads.items()}
+    picks = []
+    for key in counts.picks:
+        row = next(queues[key])
+        picks.append(Candidate(int(row[0]), key, first, row[2]))
+    plan = DrfPlan(
+        picks=tuple(picks), vclock=counts.vclock, vfinish=dict(counts.vfinish),
+        last=dict(counts.last),
+    )
+    return plan, states
 
 
 def candidates(
