@@ -396,14 +396,18 @@ def uniform_plan(
         return None
     first: dict[str, int] | None = None
     heads: dict[str, list[Any]] = {}
+    # Most rows share their type and stored costs with the row before: looked up once.
+    last: tuple[str, str | None] | None = None
     for row in rows:
-        c = cost(row[2], row[3])
-        if c is None:
-            return None
-        if first is None:
-            first = c
-        elif c is not first and c != first:
-            return None
+        if last is None or last[0] != row[2] or last[1] != row[3]:
+            last = (row[2], row[3])
+            c = cost(row[2], row[3])
+            if c is None:
+                return None
+            if first is None:
+                first = c
+            elif c is not first and c != first:
+                return None
         mine = heads.get(row[1])
         if mine is None:
             mine = heads[row[1]] = []
