@@ -113,3 +113,16 @@ def queue(db: str) -> Iterator[readyq.Queue]:
         yield q
     finally:
         q.close()
+
+
+# The tests that run worker processes against deadlines (leases, freezes, kills) keep to
+# one pytest-xdist worker, one after another, so that two of them never share the
+# machine's cores; the other tests spread over the rest (``-n 2 --dist loadgroup``).
+PROCESS_DIRS = ("processes", "chaos")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        parts = item.path.parts
+        if "tests" in parts and parts[parts.index("tests") + 1] in PROCESS_DIRS:
+            item.add_marker(pytest.mark.xdist_group("processes"))
