@@ -425,19 +425,12 @@ def uniform_plan(
     for name, units in first.items():
         if name != GLOBAL and free.get(name, 0) < units * starts:
             return None
-    keys = sorted(set(ready) | set(heads) | set(held))
-    demands = []
-    states = []
-    for key in keys:
-        hist = history.get(key)
-        vfinish = None if hist is None else hist[0]
-        served_seq = 0 if hist is None else hist[1]
-        runnable = ready.get(key, (len(heads.get(key, ())), 0))[0]
-        in_flight = held.get(key, {}).get(GLOBAL, 0)
-        demands.append(GroupDemand(key, weight.get(key, 1), in_flight, runnable, vfinish,
-                                   served_seq))
-        states.append(GroupState(key, weight.get(key, 1), held.get(key, {}), runnable,
-                                 (), vfinish, served_seq))
+    # (The first jobs read are of ready groups: their heads are not needed here.)
+    states = group_states({}, held, ready, weight, history, [])
+    demands = [
+        GroupDemand(g.key, g.weight, g.held.get(GLOBAL, 0), g.runnable, g.vfinish, g.served_seq)
+        for g in states
+    ]
     counts = plan_claims(capacity[GLOBAL], demands, vclock, max_claims=limit)
     for key, n in counts.claims.items():
         if n > len(heads.get(key, ())):
