@@ -192,14 +192,13 @@ def claim_weighed(
     history = state.history
     capacity = {GLOBAL: cap, **view.capacity}
     vclock, seq = float(gate.vclock), int(gate.seq)
-    run = None
+    run = uniform = None
     if budget is None and not standing:
         run = lone_run(state.heads, cost, ready, held, capacity, most, want)
-    uniform = None
-    if run is None and budget is None and not standing:
-        uniform = uniform_plan(
-            state.heads, cost, ready, held, capacity, weight, history, limit, vclock
-        )
+        if run is None:
+            uniform = uniform_plan(
+                state.heads, cost, ready, held, capacity, weight, history, limit, vclock
+            )
     if run is not None:
         # One group, one cost, and all it may start fits: the plan is its first jobs.
         plan, alone = DrfPlan(picks=tuple(run)), True
