@@ -11,8 +11,9 @@ Two worker processes share a resource of 4 units ("gpu") and a global cap of 8:
    when it was reserved. Repeated a few times; the longest wait and its bound are shown.
 3. Throughput (with --throughput N): N rounds of 5,000 no-op jobs, batch 100 per process,
    with one unit of a resource per job (its capacity the global cap, so that it binds no
-   more than the cap) and then without resources, on 1 and 2 processes (bench/run.py's
-   run_readyq); the median ratio of the rates, with every round's.
+   more than the cap) and without resources, each first in every other round, on 1 and 2
+   processes (bench/run.py's run_readyq); the median ratio of the rates, with every
+   round's.
 
 Run: python bench/resources.py [--pg-url URL] [--mariadb-url URL] [--throughput 5]
 """
@@ -170,12 +171,17 @@ def reservation(url: str, rounds: int) -> tuple[float, float, int, int]:
 
 
 def throughput(kind: str, base_url: str, processes: int, rounds: int) -> list[tuple[float, float]]:
-    """(jobs/s with resources, without) of each round, taken alternately."""
+    """(jobs/s with resources, without) of each round, taken alternately: the run with
+    resources goes first in even rounds and second in odd ones, so that whatever the
+    first run of a pair pays (a cold cache, a database just created) falls on both."""
     out = []
-    for _ in range(rounds):
-        on = run_readyq(kind, base_url, 5000, processes, 100, resource=100 * processes)
-        off = run_readyq(kind, base_url, 5000, processes, 100)
-        out.append((on.jobs_per_s, off.jobs_per_s))
+    for i in range(rounds):
+        pair: dict[bool, float] = {}
+        for on in (True, False) if i % 2 == 0 else (False, True):
+            row = run_readyq(kind, base_url, 5000, processes, 100,
+                             resource=100 * processes if on else None)
+            pair[on] = row.jobs_per_s
+        out.append((pair[True], pair[False]))
     return out
 
 

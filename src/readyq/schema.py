@@ -69,6 +69,12 @@ BAD_END_COMPARISONS = "state = 'failed' OR state = 'cancelled' OR state = 'upstr
 # MySQL and MariaDB: the state of a job that ended badly, else NULL (a virtual column,
 # indexed in place of the partial index).
 BAD_END_STATE_EXPRESSION = f"CASE WHEN {BAD_END} THEN state END"
+# Ready jobs that carry costs of their own (migration readyq_0011): a claim that weighs
+# resources asks whether any of its types has one, and when none has, claims through the
+# plain claim statement. The predicate of a partial index on PostgreSQL and SQLite; on
+# MySQL and MariaDB, the type of such a job, else NULL, in an indexed virtual column.
+COSTED_READY = "state = 'ready' AND uses IS NOT NULL"
+COSTED_TYPE_EXPRESSION = f"CASE WHEN {COSTED_READY} THEN type END"
 
 
 MAX_KEY_CHARS = 200
@@ -131,6 +137,11 @@ def ready_type_index_name(jobs_table: str) -> str:
 def bad_end_index_name(jobs_table: str) -> str:
     """The index of jobs that ended badly, by state then id (the listings' order)."""
     return f"{jobs_table}_bad_end_ix"
+
+
+def costed_index_name(jobs_table: str) -> str:
+    """The index of ready jobs with costs of their own, by type (migration readyq_0011)."""
+    return f"{jobs_table}_costed_ready_ix"
 
 
 def live_key_index_name(prefix: str) -> str:
@@ -207,8 +218,8 @@ class TableTraits:
 
     ``partial_indexes``: the ready, in-flight, waiting and live-key indexes are partial.
     Without them (MySQL, MariaDB) the jobs table has the generated columns
-    ``live_unique_key``, ``waiting_type`` and ``ready_type`` that stand in for three of
-    them, and reads name those columns.
+    ``live_unique_key``, ``waiting_type``, ``ready_type``, ``bad_end_state`` and
+    ``costed_type`` that stand in for them, and reads name those columns.
 
     ``type_test``: when set, reads of the ready jobs of some types test the type with it
     (rather than ``IN``) and order by the type first: how PostgreSQL's planner is held to
@@ -414,6 +425,22 @@ def build_tables(prefix: str = DEFAULT_PREFIX, traits: TableTraits = TableTraits
     # 2}); NULL: what its handler declares, written here when it is claimed
     # (readyq.resources). Last, where migration readyq_0009 adds it.
     jobs.append_column(sa.Column("uses", Uses, nullable=True))
+    # Ready jobs with costs of their own, by type (see COSTED_READY). Claims write the
+    # handler's costs into a row only as it leaves the ready state, so that rows enter
+    # this index only when enqueued with costs or sent back to ready after a claim.
+    if generated:
+        costed_type = sa.Column(
+            "costed_type", Key, sa.Computed(COSTED_TYPE_EXPRESSION, persisted=False)
+        )
+        jobs.append_column(costed_type)
+        sa.Index(costed_index_name(jobs.name), costed_type)
+    else:
+        sa.Index(
+            costed_index_name(jobs.name),
+            jobs.c.type,
+            postgresql_where=sa.text(COSTED_READY),
+            sqlite_where=sa.text(COSTED_READY),
+        )
 
     deps = sa.Table(
         f"{prefix}job_deps",

@@ -43,7 +43,7 @@ COVERED = {
     "record_progress", "start_leased", "extend_leases", "hand_back", "lease_rows",
     "mark_done", "error_code", "is_retryable", "is_disconnect", "is_missing_table",
     "is_permanent", "database", "driver_hint", "in_flight_uses", "resource_heads",
-    "claim_ids", "resource_state",
+    "claim_ids", "resource_state", "resource_flight",
 }
 
 
@@ -275,6 +275,33 @@ def test_resource_state_reads_flight_reservations_history_and_heads(seam: Seam) 
         heads = sorted(st.heads)
         assert [h[0] for h in heads] == [a[1], a[2], b[0]]  # b: its first job only
         assert heads[0][1:] == ("a", "t", '{"gpu":1}', 1, 0)
+
+
+def test_resource_flight_reads_flight_history_and_whether_costs_or_reservations_exist(
+    seam: Seam,
+) -> None:
+    a = seam.add(2, group="a", weight=2)
+    req = ClaimRequest(OWNER, "", 2, TTL, ["t"], uses={"t": '{"gpu":1}'})
+    seam.d.claim_ids(seam.conn, seam.t, req, a, seam.now)
+    seam.add(1, group="b")  # ready, its handler's costs not yet written
+    seam.add(1, group="c", type="u", uses='{"gpu":2}')  # costs of its own, type u only
+    seam.conn.execute(sa.insert(seam.t.groups).values(group_key="b", vfinish=1.5, served_seq=9))
+    many = [f"k{i}" for i in range(40)]  # beyond the per-group parameters
+    for groups in (["a", "b"], [*many, "b"], []):
+        st = seam.d.resource_flight(seam.conn, seam.t, groups, ["t"])
+        assert st.flight == [("a", '{"gpu":1}', 2, 2)]
+        assert st.history == ({} if not groups else {"b": (1.5, 9)})
+        assert (st.reserved, st.costed) == (False, False)
+    for types in (["u"], ["t", "u"], None):
+        assert seam.d.resource_flight(seam.conn, seam.t, ["b"], types).costed
+    # A job that is not ready (waiting, or in flight with its costs written) is no
+    # ready job with costs.
+    seam.add(1, group="d", uses='{"gpu":1}', state=JobState.WAITING, pending=1)
+    assert not seam.d.resource_flight(seam.conn, seam.t, [], ["t"]).costed
+    seam.add(1, group="e", uses='{"gpu":1}')
+    assert seam.d.resource_flight(seam.conn, seam.t, [], ["t"]).costed
+    seam.conn.execute(sa.insert(seam.t.reservations).values(job_id=a[0], seq=1, uses=None))
+    assert seam.d.resource_flight(seam.conn, seam.t, [], ["t"]).reserved
 
 
 def test_claim_ids_leases_only_the_ids_still_runnable(seam: Seam) -> None:

@@ -27,6 +27,7 @@ import pytest
 import sqlalchemy as sa
 
 import readyq
+from readyq.schema import costed_index_name
 from readyq.store import Lease, Outcome, OutcomeKind
 from readyq.store.records import ResourceView
 
@@ -558,3 +559,55 @@ def test_sqlite_writes_test_the_bad_end_index_without_an_in_list(
     where = ddl.split(" WHERE ", 1)[1]
     assert " IN " not in where.upper(), ddl
     assert all(f"'{s}'" in where for s in ("failed", "cancelled", "upstream_failed")), ddl
+
+
+def plan_text(conn: sa.Connection, dialect: str, sql: str, params: Any) -> str:
+    """The whole plan of ``sql`` as text."""
+    if dialect == "postgresql":
+        return "\n".join(r[0] for r in conn.exec_driver_sql("EXPLAIN " + sql, params))
+    if dialect == "sqlite":
+        return "\n".join(str(r[-1]) for r in
+                         conn.exec_driver_sql("EXPLAIN QUERY PLAN " + sql, params))
+    return "\n".join(str(dict(r._mapping)) for r in conn.exec_driver_sql("EXPLAIN " + sql, params))
+
+
+def test_a_claim_that_weighs_resources_asks_for_costed_jobs_through_their_index(
+    queue: readyq.Queue, dialect_name: str
+) -> None:
+    """Before it reads any group's first jobs, a claim that weighs resources asks whether
+    a ready job of its types carries costs of its own: a seek of the index that holds
+    only those, never a read of the ready jobs."""
+    # A small table, then a large one, without statistics and then with them.
+    bulk(queue, "ready", 8)
+    probe_uses_the_costed_index(queue, dialect_name)
+    bulk(queue, "done", 4000, start=8)
+    bulk(queue, "ready", 4000, start=4008)
+    probe_uses_the_costed_index(queue, dialect_name)
+    analyze(queue, dialect_name)
+    probe_uses_the_costed_index(queue, dialect_name)
+
+
+def probe_uses_the_costed_index(queue: readyq.Queue, dialect_name: str) -> None:
+    seen: list[tuple[str, Any]] = []
+
+    def record(conn: Any, cursor: Any, statement: str, params: Any, context: Any,
+               executemany: bool) -> None:
+        if "rq_costed" in statement:
+            seen.append((statement, params))
+
+    view = ResourceView({"gpu": 100}, {"t": {"gpu": 1}})
+    sa.event.listen(queue.engine, "before_cursor_execute", record)
+    try:
+        claimed = queue.store.claim_jobs(owner="w", cap=8, limit=8, ttl=30, types=["t"],
+                                         resources=view)
+    finally:
+        sa.event.remove(queue.engine, "before_cursor_execute", record)
+    assert len(claimed) == 8
+    with queue.engine.begin() as conn:  # back to ready, for the next probe
+        j = queue.store.tables.jobs
+        conn.execute(sa.update(j).where(j.c.id.in_([c.id for c in claimed]))
+                     .values(state="ready", uses=None, lease_owner=None))
+    ((sql, params),) = seen
+    with queue.engine.connect() as conn:
+        assert not full_scans(conn, dialect_name, sql, params)
+        assert costed_index_name("readyq_jobs") in plan_text(conn, dialect_name, sql, params)

@@ -22,6 +22,7 @@ from readyq.dialects.base import (
     Progress,
     ReadyNotifier,
     RecordsProgressInClaim,
+    ResourceFlight,
     ResourceState,
 )
 from readyq.dialects.mysql import MySQLDialect
@@ -42,6 +43,7 @@ __all__ = [
     "Progress",
     "ReadyNotifier",
     "RecordsProgressInClaim",
+    "ResourceFlight",
     "ResourceState",
     "SQLiteDialect",
     "dialect_class",

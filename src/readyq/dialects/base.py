@@ -50,6 +50,7 @@ from readyq.sql.ready import (
     as_is,
     by_type_key,
     claim_order,
+    costed_of_types,
     first_ready_type,
     in_flight_by_group,
     merged_head,
@@ -152,6 +153,20 @@ class ResourceState(NamedTuple):
     history: dict[str, tuple[float, int]]
     # (id, group, type, stored costs, weight, priority) of the groups' first jobs.
     heads: list[tuple[Any, ...]]
+
+
+class ResourceFlight(NamedTuple):
+    """What a claim that weighs resources reads first, to tell whether the costs can
+    change its plan (see :meth:`Dialect.resource_flight`)."""
+
+    # (group, stored costs, jobs, largest weight) of the jobs in flight.
+    flight: list[tuple[str, str | None, int, int]]
+    # group -> (vfinish, served_seq), for the groups asked for that have a history.
+    history: dict[str, tuple[float, int]]
+    # Whether any reservation is stored.
+    reserved: bool
+    # Whether any ready job of the types asked for has costs of its own.
+    costed: bool
 
 
 class ReadyNotifier(Protocol):
@@ -695,6 +710,80 @@ class Dialect(ABC):
         stmt = self.cached(("in_flight_uses", t.jobs.name), build)
         return [(r[0], r[1], int(r[2]), int(r[3])) for r in self.execute(conn, stmt)]
 
+    def resource_flight(
+        self,
+        conn: Connection,
+        t: Tables,
+        groups: Sequence[str],
+        types: Sequence[str] | None,
+    ) -> ResourceFlight:
+        """In one statement (``UNION ALL`` of rows tagged by kind): :meth:`in_flight_uses`,
+        the fair-share history of ``groups``, whether any reservation is stored and
+        whether any ready job of ``types`` has costs of its own (one seek of the index
+        that holds only those, however many jobs are ready)."""
+        j, r, g = t.jobs, t.reservations, t.groups
+        # One parameter per group up to PER_GROUP_PARAMS, as in in_flight_and_history.
+        n = len(groups) if len(groups) <= PER_GROUP_PARAMS else None
+
+        def build() -> sa.CompoundSelect[Any]:
+            flight = self._in_flight_read(
+                sa.select(*state_row(t, 0, group_key=j.c.group_key, uses=j.c.uses,
+                                     n=sa.func.count(), w=sa.func.max(j.c.weight)))
+                .where(state_in(t, *IN_FLIGHT_STATES))
+                .group_by(j.c.group_key, j.c.uses),
+                t,
+            )
+            # Each probe as a derived table: SQLite takes no LIMIT on the members of a
+            # compound select.
+            one_reservation = sa.select(r.c.job_id).limit(1).subquery("rq_reserved")
+            one_costed = self._costed_probe(t, types).subquery("rq_costed")
+            parts: list[sa.Select[Any]] = [
+                flight,
+                sa.select(*state_row(t, 1, job_id=one_reservation.c.job_id)),
+                sa.select(*state_row(t, 4, job_id=one_costed.c.id)),
+            ]
+            if n != 0:
+                keys: Any
+                if n is None:
+                    keys = sa.bindparam("keys", expanding=True)
+                else:
+                    keys = [sa.bindparam(f"k{i}", type_=g.c.group_key.type) for i in range(n)]
+                parts.append(
+                    sa.select(*state_row(t, 2, group_key=g.c.group_key, n=g.c.served_seq,
+                                         vf=g.c.vfinish))
+                    .where(g.c.group_key.in_(keys))
+                )
+            return sa.union_all(*parts)
+
+        stmt = self.cached(
+            ("resource_flight", j.name, None if types is None else tuple(types), n), build
+        )
+        params: dict[str, Any] = (
+            {"keys": list(groups)} if n is None else {f"k{i}": k for i, k in enumerate(groups)}
+        )
+        out = ResourceFlight([], {}, False, False)
+        reserved = costed = False
+        # Positional: the columns of ``state_row`` in order (kind, group_key, uses, n, w, ...).
+        for row in self.execute(conn, stmt, params).all():
+            kind = row[0]
+            if kind == 0:
+                out.flight.append((row[1], row[2], int(row[3]), int(row[4])))
+            elif kind == 2:
+                out.history[row[1]] = (float(row[11]), int(row[3]))
+            elif kind == 1:
+                reserved = True
+            else:
+                costed = True
+        return out._replace(reserved=reserved, costed=costed)
+
+    def _costed_probe(
+        self, t: Tables, types: Sequence[str] | None
+    ) -> sa.Select[Any] | sa.TextualSelect:
+        """The id of one ready job of ``types`` with costs of their own, if any, read
+        through the index that holds only those (a dialect may hold the read to it)."""
+        j = t.jobs
+        return sa.select(j.c.id).where(costed_of_types(t, types)).limit(1)
+
     def resource_state(
         self,
         conn: Connection,
@@ -1143,7 +1232,8 @@ _STATE_COLUMNS: tuple[tuple[str, Callable[[Tables], Any]], ...] = (
 
 def state_row(t: Tables, kind: int, **cols: Any) -> list[Any]:
     """A row of :meth:`Dialect.resource_state` of ``kind`` (0 in flight, 1 reservation,
-    2 history, 3 head) with ``cols``, the other columns NULL."""
+    2 history, 3 head; 4 in :meth:`Dialect.resource_flight`, a ready job with costs)
+    with ``cols``, the other columns NULL."""
     out: list[Any] = [sa.literal(kind).label("kind")]
     for name, type_of in _STATE_COLUMNS:
         value = cols.get(name)

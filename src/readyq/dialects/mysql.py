@@ -49,7 +49,13 @@ from readyq.dialects.base import (
 )
 from readyq.errors import UnsupportedDatabase
 from readyq.model import ClaimedJob
-from readyq.schema import Tables, TableTraits, in_flight_index_name, ready_type_index_name
+from readyq.schema import (
+    Tables,
+    TableTraits,
+    costed_index_name,
+    in_flight_index_name,
+    ready_type_index_name,
+)
 from readyq.sql.ready import (
     by_type_key,
     claim_order,
@@ -302,6 +308,15 @@ class MySQLDialect(Dialect):
         """
         index = in_flight_index_name(t.jobs.name)
         return stmt.with_hint(t.jobs, f"FORCE INDEX ({index})")
+
+    def _costed_probe(
+        self, t: Tables, types: Sequence[str] | None
+    ) -> sa.Select[Any] | sa.TextualSelect:
+        """Held to the index of ``costed_type``, which holds a few rows or none: statistics
+        taken while it held many must not turn the probe into a scan."""
+        probe = super()._costed_probe(t, types)
+        assert isinstance(probe, sa.Select)
+        return probe.with_hint(t.jobs, f"FORCE INDEX ({costed_index_name(t.jobs.name)})")
 
     def _first_ready_type(
         self, t: Tables, types: Sequence[str], *conds: sa.ColumnElement[bool]

@@ -52,7 +52,7 @@ from readyq.dialects.base import (
 from readyq.dialects.sqlite_direct import DirectPlan, DirectResult, plan
 from readyq.errors import UnsupportedDatabase
 from readyq.model import ClaimedJob
-from readyq.schema import Tables
+from readyq.schema import COSTED_READY, Tables, costed_index_name
 
 BUSY_TIMEOUT_MS = 5000
 # The pauses between tries of the write lock (see SQLiteDialect.begin_write), seconds.
@@ -314,6 +314,26 @@ class SQLiteDialect(Dialect):
         """``column IN (SELECT value FROM json_each(:name))``; the list is bound at
         execution."""
         return _in_json(column, sa.bindparam(name, type_=_IdList))
+
+    def _costed_probe(
+        self, t: Tables, types: Sequence[str] | None
+    ) -> sa.Select[Any] | sa.TextualSelect:
+        """``INDEXED BY`` the index of ready jobs with costs of their own, as SQL text
+        (SQLAlchemy renders no table hint for SQLite). Left to itself, without statistics,
+        SQLite took the index of ready jobs by type for the type's equality and tested
+        every ready job of the type for costs: 3 ms a claim with 20,000 of them ready."""
+        j = t.jobs
+        where = COSTED_READY
+        params = {}
+        if types is not None:
+            names = [f"rq_ct{i}" for i in range(len(types))]
+            where += f" AND type IN ({', '.join(':' + n for n in names)})"
+            params = dict(zip(names, types, strict=True))
+        text = (
+            f"SELECT id FROM {j.name} INDEXED BY {costed_index_name(j.name)} "
+            f"WHERE {where} LIMIT 1"
+        )
+        return sa.text(text).bindparams(**params).columns(j.c.id)
 
     def claim_statement(
         self, t: Tables, req: ClaimRequest, now: sa.ColumnElement[float]

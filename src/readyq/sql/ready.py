@@ -315,6 +315,20 @@ def waiting_of_types(t: Tables, types: Sequence[str] | None) -> sa.ColumnElement
     return waiting if types is None else sa.and_(waiting, values_in(j.c.type, types))
 
 
+def costed_of_types(t: Tables, types: Sequence[str] | None) -> sa.ColumnElement[bool]:
+    """Ready jobs (of ``types``) with costs of their own, in the terms of the index that
+    holds them (migration readyq_0011): the generated column ``costed_type`` on MySQL and
+    MariaDB, the partial index's predicate elsewhere (its text exactly, so that SQLite
+    sees that the query implies it)."""
+    j = t.jobs
+    if not t.traits.partial_indexes:
+        if types is None:
+            return j.c.costed_type.is_not(None)
+        return values_in(j.c.costed_type, types)
+    costed = sa.and_(state_in(t, "ready"), j.c.uses.is_not(None))
+    return costed if types is None else sa.and_(costed, values_in(j.c.type, types))
+
+
 def first_ready_type(
     t: Tables,
     types: Sequence[str],

@@ -123,6 +123,39 @@ def claim_jobs(
         ready, history = d.runnable_counts(conn, t, now, types, cap, with_history=True)
     if not ready:
         return NOTHING
+    return claim_shares(
+        ctx, conn, owner, cap, limit, ttl, types, start, ready, flight, history, gate, budget
+    )
+
+
+def claim_shares(
+    ctx: StoreContext,
+    conn: Connection,
+    owner: str,
+    cap: int,
+    limit: int,
+    ttl: float,
+    types: Sequence[str] | None,
+    start: Mapping[str, tuple[Any, ...]] | None,
+    ready: Mapping[str, tuple[int, int]],
+    flight: Mapping[str, tuple[int, int]],
+    history: Mapping[str, tuple[float, int]],
+    gate: Any,
+    budget: Budget | None,
+    uses: Mapping[str, str] | None = None,
+) -> ClaimReceipt:
+    """With the gate row locked and the counts read (``ready`` and ``flight``: group ->
+    (jobs, largest weight); ``history``: group -> (vfinish, served_seq)), plan each
+    group's share of the free slots, claim them and record the fair-share progress.
+
+    ``uses`` (job type -> stored costs) is written into the claimed rows that have none
+    (:class:`~readyq.dialects.ClaimRequest`): a claim that weighs resources comes here
+    when the costs cannot change its plan (:mod:`readyq.store.resource_claim`)."""
+    t, d = ctx.tables, ctx.dialect
+    now = ctx.now
+    total_in_flight = sum(n for n, _ in flight.values())
+    if not ready or cap - total_in_flight <= 0:
+        return NOTHING
 
     def claim(requests: Sequence[ClaimRequest]) -> list[ClaimedJob]:
         if budget is None:
@@ -135,7 +168,7 @@ def claim_jobs(
         (key,) = ready
         limit = min(limit, cap - total_in_flight)
         request = ClaimRequest(
-            owner=owner, group=key, limit=limit, ttl=ttl, types=types, start=start
+            owner=owner, group=key, limit=limit, ttl=ttl, types=types, start=start, uses=uses
         )
         return _receipt(claim([request]))
     demands = []
@@ -157,7 +190,8 @@ def claim_jobs(
     plan = plan_claims(cap, demands, vclock, max_claims=limit)
     requests = [
         ClaimRequest(
-            owner=owner, group=key, limit=plan.claims[key], ttl=ttl, types=types, start=start
+            owner=owner, group=key, limit=plan.claims[key], ttl=ttl, types=types, start=start,
+            uses=uses,
         )
         for key in dict.fromkeys(plan.picks)
     ]

@@ -6,6 +6,10 @@ A worker whose queue defines resources claims through this unit instead of
 every claim takes (so claimers on every host take turns):
 
 1. record the capacities this worker sees (``<prefix>resources``, for ``status``);
+   when the costs cannot change the plan (:func:`_claim_if_plain`: the types' handlers
+   agree on one dominant unit, no ready job of the types has costs of its own, no
+   reservation stands), claim through :func:`readyq.store.claim.claim_shares`, the plain
+   claim, which writes the handlers' costs into the rows it leases; otherwise
 2. in one read (:meth:`readyq.dialects.base.Dialect.resource_state`): what is in flight
    per group and resource from the jobs' stored costs, the standing reservations
    (dropped when their job is no longer ready), the groups' fair-share history and the
@@ -44,7 +48,15 @@ from readyq.planning.drf import (
 from readyq.planning.fair_share import GroupDemand, plan_claims
 from readyq.rate_limits import RateLimit
 from readyq.resources import decode, encode
-from readyq.store.claim import NOTHING, Budget, lock_gate, open_budget, open_claim, progress_rows
+from readyq.store.claim import (
+    NOTHING,
+    Budget,
+    claim_shares,
+    lock_gate,
+    open_budget,
+    open_claim,
+    progress_rows,
+)
 from readyq.store.context import StoreContext
 from readyq.store.records import ResourceView
 
@@ -135,6 +147,12 @@ def claim_weighed(
                 if not types:
                     return NOTHING
         ready, _ = d.runnable_counts(conn, t, now, types, cap, costed=True)
+    if budget is None:
+        plain = _claim_if_plain(
+            ctx, conn, owner, cap, limit, ttl, types, start, ready, view, gate
+        )
+        if plain is not None:
+            return plain
     weight = {key: max(w, 1) for key, (_, w) in ready.items()}
     most = min(limit, cap)
     # Each group's first jobs, about its weight's part of the claim (the order gives a
@@ -270,6 +288,73 @@ def claim_weighed(
                               progress.seq),
         )
     return ClaimReceipt(len(claimed), lambda: claimed)
+
+
+def handlers_cost(view: ResourceView, types: Sequence[str] | None) -> dict[str, int] | None:
+    """The cost (with the global slot) that the handler of every type in ``types`` gives
+    its jobs, or None when the types' costs differ (``types`` None: every type, and a
+    type without a handler takes none) or name a resource this worker does not keep."""
+    texts = view.handler_text or {}
+    stored = (set(texts.values()) | {None}) if types is None else {texts.get(ty) for ty in types}
+    if len(stored) != 1:
+        return None
+    uses = decode(stored.pop())
+    if any(name not in view.capacity for name in uses):
+        return None
+    return {GLOBAL: 1, **uses}
+
+
+def _claim_if_plain(
+    ctx: StoreContext,
+    conn: Connection,
+    owner: str,
+    cap: int,
+    limit: int,
+    ttl: float,
+    types: Sequence[str] | None,
+    start: Mapping[str, tuple[Any, ...]] | None,
+    ready: Mapping[str, tuple[int, int]],
+    view: ResourceView,
+    gate: Any,
+) -> ClaimReceipt | None:
+    """The claim through the plain claim statement when the costs cannot change it, else
+    None (the claim then weighs job by job).
+
+    That is so when every job the claim may start costs the same (its handler's: the
+    types' handlers agree, and no ready job of the types carries costs of its own), that
+    cost is one dominant unit, no reservation stands and each group's dominant share of
+    what it holds is its count of jobs in flight (what is free of each resource then
+    covers the starts the cap leaves room for). Then the weighed plan is the plain fair
+    share's on the counts (:func:`uniform_plan`), and the plain claim statement, which
+    writes the handlers' costs into the rows it leases, claims it without reading the
+    groups' first jobs."""
+    cost = handlers_cost(view, types)
+    if cost is None:
+        return None
+    capacity = {GLOBAL: cap, **view.capacity}
+    if dominant(cost, capacity) != 1.0:
+        return None
+    state = ctx.dialect.resource_flight(conn, ctx.tables, sorted(ready), types)
+    if state.reserved or state.costed:
+        return None
+    held: dict[str, dict[str, int]] = {}
+    flight: dict[str, tuple[int, int]] = {}
+    for group, stored, n, w in state.flight:
+        mine = held.setdefault(group, {})
+        mine[GLOBAL] = mine.get(GLOBAL, 0) + n
+        for name, units in decode(stored).items():
+            mine[name] = mine.get(name, 0) + units * n
+        count, most = flight.get(group, (0, 0))
+        flight[group] = (count + n, max(most, w))
+    if any(dominant(holds, capacity) != holds[GLOBAL] for holds in held.values()):
+        return None
+    # What is free of each resource then covers every start the cap leaves room for: a
+    # job to start takes at most capacity / cap of each (one dominant unit), and the jobs
+    # in flight of each group hold no more than that on average.
+    return claim_shares(
+        ctx, conn, owner, cap, limit, ttl, types, start, ready, flight, state.history, gate,
+        None, uses=view.handler_text,
+    )
 
 
 def _plan(
