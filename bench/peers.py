@@ -200,7 +200,7 @@ def _machine_busy() -> float | None:
     return (user + nice + system + irq + softirq) / os.sysconf("SC_CLK_TCK")
 
 
-def _pg_url(url: str, db: str | None = None) -> str:
+def libpq_url(url: str, db: str | None = None) -> str:
     """``url`` as a libpq URL (driver suffix dropped), optionally naming ``db``."""
     parts = urlsplit(url)
     scheme = parts.scheme.split("+", 1)[0]
@@ -221,21 +221,21 @@ def _fresh_pg_database(admin_url: str, name: str) -> str:
 
     if _pg_dbname(admin_url) == name:
         raise ValueError(f"the URL must name another database than {name!r}")
-    with psycopg.connect(_pg_url(admin_url), autocommit=True) as conn:
+    with psycopg.connect(libpq_url(admin_url), autocommit=True) as conn:
         drop = sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)")
         conn.execute(drop.format(sql.Identifier(name)))
         conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
-    return _pg_url(admin_url, name)
+    return libpq_url(admin_url, name)
 
 
-class _PgCommits:
+class PgCommits:
     """Reads ``xact_commit`` of one database from a connection to another one."""
 
     def __init__(self, admin_url: str, dbname: str):
         import psycopg
 
         self.dbname = dbname
-        self.conn = psycopg.connect(_pg_url(admin_url), autocommit=True)
+        self.conn = psycopg.connect(libpq_url(admin_url), autocommit=True)
 
     def backends(self) -> int:
         return self.conn.execute(
@@ -259,7 +259,7 @@ class _PgCommits:
 
 
 @dataclass
-class _Run:
+class WorkerRun:
     startup: float  # spawn of the first worker to the last READY (not in ``seconds``)
     seconds: float
     cpu: float
@@ -268,9 +268,9 @@ class _Run:
     machine_cpu: float | None = None  # the machine's busy CPU seconds over the run
 
 
-def _run_workers(
+def run_workers(
     kind: str, configs: list[dict], timeout: float, on_ready: Callable[[], None] | None = None
-) -> _Run:
+) -> WorkerRun:
     """Start one worker process per config, release them together, collect results.
 
     ``on_ready`` runs once every worker is connected and waiting, just before GO.
@@ -341,7 +341,7 @@ def _run_workers(
         for err in errs:
             err.close()
     commits = [r["commits"] for r in results]
-    return _Run(
+    return WorkerRun(
         startup=t0 - spawned,
         seconds=max(r["done"] for r in results) - t0,
         cpu=sum(r["cpu"] for r in results),
@@ -360,12 +360,12 @@ def _tail(p: subprocess.Popen, err) -> str:
     return text[-2000:] or "(no stderr)"
 
 
-def _timeout(jobs: int) -> float:
+def run_timeout(jobs: int) -> float:
     return 120.0 + jobs / 20.0
 
 
 def _result(
-    system: str, database: str, processes: int, jobs: int, run: _Run, commits: int | None
+    system: str, database: str, processes: int, jobs: int, run: WorkerRun, commits: int | None
 ) -> PeerResult:
     return PeerResult(
         system=system,
@@ -376,11 +376,11 @@ def _result(
         jobs_per_s=jobs / run.seconds,
         cpu_us_per_job=run.cpu * 1e6 / jobs,
         commits_per_job=None if commits is None else commits / jobs,
-        server_cpu_us_per_job=_server_cpu(run, jobs),
+        server_cpu_us_per_job=server_cpu(run, jobs),
     )
 
 
-def _server_cpu(run: _Run, jobs: int) -> float | None:
+def server_cpu(run: WorkerRun, jobs: int) -> float | None:
     """The machine's CPU per job beyond the workers' own (see the module docstring)."""
     if run.machine_cpu is None:
         return None
@@ -418,7 +418,7 @@ def run_pgqueuer(
             await conn.close()
 
     asyncio.run(setup())
-    stats = _PgCommits(pg_url, db_name)
+    stats = PgCommits(pg_url, db_name)
     try:
         stats.wait_no_backends()
         cfg = {"dsn": url, "entrypoint": PGQ_ENTRYPOINT, "batch_size": batch_size}
@@ -429,7 +429,7 @@ def run_pgqueuer(
             nonlocal before
             before = stats.read()
 
-        run = _run_workers("pgqueuer", [cfg] * processes, _timeout(jobs), start_hook)
+        run = run_workers("pgqueuer", [cfg] * processes, run_timeout(jobs), start_hook)
         stats.wait_no_backends()
         commits = stats.read() - before
     finally:
@@ -480,7 +480,7 @@ def run_procrastinate(
                 await noop.batch_defer_async(*({} for _ in range(n)))
 
     asyncio.run(setup())
-    stats = _PgCommits(pg_url, db_name)
+    stats = PgCommits(pg_url, db_name)
     try:
         stats.wait_no_backends()
         before = None
@@ -490,7 +490,7 @@ def run_procrastinate(
             before = stats.read()
 
         cfg = {"dsn": url, "task_name": PROC_TASK, "concurrency": concurrency}
-        run = _run_workers("procrastinate", [cfg] * processes, _timeout(jobs), start_hook)
+        run = run_workers("procrastinate", [cfg] * processes, run_timeout(jobs), start_hook)
         stats.wait_no_backends()
         commits = stats.read() - before
     finally:
@@ -589,9 +589,9 @@ def _sqlite_file(name: str) -> tuple[Path, tempfile.TemporaryDirectory]:
 
 def _pg_run(
     url: str, db_name: str, kind: str, cfgs: list[dict], jobs: int
-) -> tuple[_Run, int]:
+) -> tuple[WorkerRun, int]:
     """Run the workers on PostgreSQL database ``db_name``, counting its commits."""
-    stats = _PgCommits(url, db_name)
+    stats = PgCommits(url, db_name)
     try:
         stats.wait_no_backends()
         before = 0
@@ -600,7 +600,7 @@ def _pg_run(
             nonlocal before
             before = stats.read()
 
-        run = _run_workers(kind, cfgs, _timeout(jobs), start_hook)
+        run = run_workers(kind, cfgs, run_timeout(jobs), start_hook)
         stats.wait_no_backends()
         return run, stats.read() - before
     finally:
@@ -624,7 +624,7 @@ def run_huey(jobs: int, processes: int) -> PeerResult:
         ids = {noop(i).id for i in range(jobs)}
         huey.storage.close()
         cfgs = [{"path": str(path)} for _ in range(processes)]
-        run = _run_workers("huey", cfgs, _timeout(jobs))
+        run = run_workers("huey", cfgs, run_timeout(jobs))
         left = _query(str(path), "SELECT count(*) FROM task")[0][0]
         results = {k for (k,) in _query(str(path), "SELECT key FROM kv WHERE queue = 'bench'")}
         scheduled = _query(str(path), "SELECT count(*) FROM schedule")[0][0]
@@ -668,13 +668,13 @@ def run_django_tasks(
         settings["PASSWORD"] = server["password"]
     try:
         _setup_child("django-tasks-setup", {"database": settings, "jobs": jobs},
-                     _timeout(jobs))
+                     run_timeout(jobs))
         cfgs = [{"database": settings, "worker_id": f"w{i}-{os.getpid()}"}
                 for i in range(processes)]
         if database == "PostgreSQL":
             run, commits = _pg_run(url, db_name, "django-tasks", cfgs, jobs)
         else:
-            run, commits = _run_workers("django-tasks", cfgs, _timeout(jobs)), None
+            run, commits = run_workers("django-tasks", cfgs, run_timeout(jobs)), None
         states = dict(_query(
             where, f"SELECT status, count(*) FROM {DJANGO_TABLE} GROUP BY status"))
         claims = [json.loads(w) if isinstance(w, str) else w
@@ -722,12 +722,12 @@ def run_dbos(
         base = {"url": dbos_url, "worker_concurrency": worker_concurrency,
                 "polling_interval": polling_interval}
         _setup_child("dbos-setup", {**base, "jobs": jobs, "executor_id": "setup"},
-                     _timeout(jobs) * 2)
+                     run_timeout(jobs) * 2)
         cfgs = [{**base, "executor_id": f"w{i}-{os.getpid()}"} for i in range(processes)]
         if database == "PostgreSQL":
             run, commits = _pg_run(url, db_name, "dbos", cfgs, jobs)
         else:
-            run, commits = _run_workers("dbos", cfgs, _timeout(jobs)), None
+            run, commits = run_workers("dbos", cfgs, run_timeout(jobs)), None
         rows = _query(where, f"SELECT status, recovery_attempts, count(*) FROM {table}"
                              " WHERE queue_name = 'bench' GROUP BY status, recovery_attempts")
     finally:
@@ -855,7 +855,7 @@ def _minimal_postgresql(
             )
         conn.execute("CREATE INDEX bench_jobs_ready ON bench_jobs (id) WHERE state = 'ready'")
         conn.execute("VACUUM ANALYZE bench_jobs")
-    stats = _PgCommits(url, db_name)
+    stats = PgCommits(url, db_name)
     try:
         stats.wait_no_backends()
         before = None
@@ -865,7 +865,7 @@ def _minimal_postgresql(
             before = stats.read()
 
         cfgs = _worker_configs({**base, "dsn": dsn}, processes)
-        run = _run_workers("minimal-postgresql", cfgs, _timeout(jobs), start_hook)
+        run = run_workers("minimal-postgresql", cfgs, run_timeout(jobs), start_hook)
         stats.wait_no_backends()
         commits = stats.read() - before
     finally:
@@ -932,7 +932,7 @@ def _minimal_mariadb(
     finally:
         conn.close()
     cfgs = _worker_configs({**base, "connect": {**args, "database": db_name}}, processes)
-    run = _run_workers("minimal-mariadb", cfgs, _timeout(jobs))
+    run = run_workers("minimal-mariadb", cfgs, run_timeout(jobs))
     conn = pymysql.connect(**args, database=db_name)
     try:
         cur = conn.cursor()
@@ -1001,7 +1001,7 @@ def _minimal_sqlite(url: str, jobs: int, processes: int, base: dict, system: str
     try:
         sqlite_loop_table(path, jobs, base["form"])
         cfgs = _worker_configs({**base, "path": str(path)}, processes)
-        run = _run_workers("minimal-sqlite", cfgs, _timeout(jobs))
+        run = run_workers("minimal-sqlite", cfgs, run_timeout(jobs))
         conn = sqlite3.connect(path)
         done = conn.execute("SELECT count(*) FROM bench_jobs WHERE state = 'done'").fetchone()[0]
         conn.close()
@@ -1016,7 +1016,7 @@ def _minimal_sqlite(url: str, jobs: int, processes: int, base: dict, system: str
 # -------------------------------------------------------------------------------- table
 
 
-def _have(*modules: str) -> str | None:
+def missing_module(*modules: str) -> str | None:
     """None if every module imports, else the name of the first missing one."""
     for m in modules:
         if importlib.util.find_spec(m) is None:
@@ -1028,7 +1028,7 @@ def _reachable_pg(url: str) -> str | None:
     try:
         import psycopg
 
-        psycopg.connect(_pg_url(url), connect_timeout=3).close()
+        psycopg.connect(libpq_url(url), connect_timeout=3).close()
     except Exception as exc:
         return f"{type(exc).__name__}: {exc}".strip()
     return None
@@ -1078,16 +1078,18 @@ def main(argv: list[str] | None = None) -> int:
     notes: list[str] = []
     configs: list[tuple[str, str, int, object]] = []  # (name, database, jobs, fn(processes))
 
-    pg_down = _reachable_pg(args.pg_url) if not _have("psycopg") else "psycopg not importable"
+    pg_down = (
+        "psycopg not importable" if missing_module("psycopg") else _reachable_pg(args.pg_url)
+    )
     if pg_down:
         notes.append(f"PostgreSQL skipped ({args.pg_url}): {pg_down}")
-    my_down = _have("pymysql")
+    my_down = missing_module("pymysql")
     my_down = f"{my_down} not importable" if my_down else _reachable_mysql(args.mysql_url)
     if my_down:
         notes.append(f"MariaDB skipped ({args.mysql_url}): {my_down}")
 
     if not pg_down:
-        missing = _have("pgqueuer", "asyncpg")
+        missing = missing_module("pgqueuer", "asyncpg")
         if missing:
             notes.append(f"PGQueuer skipped: package {missing!r} is not importable")
         else:
@@ -1096,7 +1098,7 @@ def main(argv: list[str] | None = None) -> int:
                     (f"PGQueuer (batch {b})", "PostgreSQL", args.jobs,
                      lambda p, n, b=b: run_pgqueuer(args.pg_url, n, p, b))
                 )
-        missing = _have("procrastinate")
+        missing = missing_module("procrastinate")
         if missing:
             notes.append(f"Procrastinate skipped: package {missing!r} is not importable")
         else:

@@ -286,7 +286,7 @@ def run_readyq(
     pg_stats = None
     before = 0
     if kind == "postgresql":
-        pg_stats = peers._PgCommits(peers._pg_url(base_url), db_name)
+        pg_stats = peers.PgCommits(peers.libpq_url(base_url), db_name)
         pg_stats.wait_no_backends()
 
         def hook() -> None:
@@ -295,7 +295,7 @@ def run_readyq(
 
     else:
         hook = None  # type: ignore[assignment]
-    run = peers._run_workers("readyq", configs, peers._timeout(jobs), hook)
+    run = peers.run_workers("readyq", configs, peers.run_timeout(jobs), hook)
     commits = run.commits
     if pg_stats is not None:
         pg_stats.wait_no_backends()
@@ -324,7 +324,7 @@ def run_readyq(
         jobs_per_s=jobs / run.seconds,
         cpu_us_per_job=run.cpu * 1e6 / jobs,
         commits_per_job=None if commits is None else commits / jobs,
-        server_cpu_us_per_job=peers._server_cpu(run, jobs),
+        server_cpu_us_per_job=peers.server_cpu(run, jobs),
         p50_ms=statistics.median(t["p50"] for t in timings) * 1000 if timings else None,
         p99_ms=max(t["p99"] for t in timings) * 1000 if timings else None,
         cap=cap * processes,
@@ -340,7 +340,7 @@ def run_readyq(
 def loop_url(kind: str, url: str) -> str:
     """The reference loops' URL for a database of ``kind`` at ``url`` (SQLite: a file of
     their own)."""
-    return peers._pg_url(url) if kind == "postgresql" else (url or "sqlite://")
+    return peers.libpq_url(url) if kind == "postgresql" else (url or "sqlite://")
 
 
 def from_peer(r: peers.PeerResult) -> Row:
@@ -594,6 +594,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--skip", nargs="*", default=[],
                     help="parts to skip: peers throughput deep scan enqueue isolation "
                     "memory resources")
+    ap.add_argument("--only", nargs="*", default=[], metavar="LABEL",
+                    help="in the throughput part, run only the configurations of these labels "
+                    "(as the progress lines name them: 'readyq postgresql', "
+                    "'readyq postgresql 500', pgq500, 'chancy postgresql' ...); the ratios "
+                    "of a database need readyq's own row of it ('readyq postgresql')")
     ap.add_argument("--redis-url", default="redis://127.0.0.1:6379/0",
                     help="the Redis of RQ's isolated-jobs row")
     args = ap.parse_args(argv)
@@ -617,7 +622,7 @@ def main(argv: list[str] | None = None) -> int:
         print(msg, file=sys.stderr, flush=True)
 
     if "throughput" not in args.skip:
-        pg = peers._pg_url(args.pg_url)
+        pg = peers.libpq_url(args.pg_url)
         for p in args.processes:
             # Every configuration runs once per round, the rounds one after another: a
             # machine that slows down or speeds up during the benchmark then weighs on
@@ -675,6 +680,11 @@ def main(argv: list[str] | None = None) -> int:
                             peers.run_dbos(u, args.jobs, p))))
                 configs.append(("chancy postgresql", lambda p=p: from_peer(
                     peers.run_chancy(pg, args.jobs, p))))
+            if args.only:
+                unknown = set(args.only) - {label for label, _ in configs}
+                if unknown:
+                    ap.error(f"--only: no configuration named {', '.join(sorted(unknown))}")
+                configs = [(label, fn) for label, fn in configs if label in args.only]
             runs: dict[str, list[Row]] = {label: [] for label, _ in configs}
             skipped: set[str] = set()
             for _ in range(args.repeat):
@@ -804,7 +814,7 @@ def main(argv: list[str] | None = None) -> int:
             deep.append((f"correct loop {kind}", lambda u=minimal_url: from_peer(
                 peers.run_minimal_loop(u, args.deep_jobs, 1, 100, form="correct"))))
         if "peers" not in args.skip:
-            pg = peers._pg_url(args.pg_url)
+            pg = peers.libpq_url(args.pg_url)
             deep += [
                 (f"pgq{b}", lambda b=b: from_peer(peers.run_pgqueuer(pg, args.deep_jobs, 1, b)))
                 for b in (100, LARGE_BATCH)

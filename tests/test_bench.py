@@ -58,7 +58,7 @@ def test_a_reference_loop_finishes_every_job_once(
 ) -> None:
     kind, url, name = server
     if kind == "postgresql":
-        url = peers._pg_url(url)
+        url = peers.libpq_url(url)
     # Two processes claim at once: the loop raises unless each job was run and recorded
     # done exactly once.
     result = peers.run_minimal_loop(url, JOBS, 2, 25, form=form, db_name=name)
@@ -180,7 +180,7 @@ def test_the_sqlite_replay_refuses_an_unknown_layout(capsys: pytest.CaptureFixtu
 
 def need(module: str, note: str = "") -> None:
     """Skip unless ``module`` imports: the peers are not among the test dependencies."""
-    if peers._have(module) is not None:
+    if peers.missing_module(module) is not None:
         pytest.skip(f"{module} is not installed: it comes with the bench extra "
                     f"(pip install -e '.[bench]'){note}")
 
@@ -190,7 +190,7 @@ def peer_url(kind: str, url: str) -> str:
     own, in the test's temporary directory)."""
     if kind == "sqlite":
         return "sqlite://"
-    return peers._pg_url(url) if kind == "postgresql" else url
+    return peers.libpq_url(url) if kind == "postgresql" else url
 
 
 def assert_peer_row(result: peers.PeerResult, database: str) -> None:
@@ -247,7 +247,7 @@ def test_chancy_passes_the_benchmarks_checks(server: tuple[str, str, str]) -> No
     _, url, name = server
     # Two workers, the queue declared at the start: raises unless every job succeeded
     # at its first attempt and the no-op ran once per job.
-    result = peers.run_chancy(peers._pg_url(url), JOBS, 2, db_name=name)
+    result = peers.run_chancy(peers.libpq_url(url), JOBS, 2, db_name=name)
     assert result.system == f"Chancy (concurrency {peers.CHANCY_CONCURRENCY})"
     assert_peer_row(result, "PostgreSQL")
     assert result.commits_per_job is not None and result.commits_per_job > 0
