@@ -710,8 +710,10 @@ def main(argv: list[str] | None = None) -> int:
                         r.jobs_per_s for r in runs[label]
                     ]
 
-    print(f"\nreadyq benchmark, median of {args.repeat} run(s), {args.jobs:,} no-op jobs "
-          f"(Procrastinate: 2,000), {os.cpu_count()} cores")
+    with_procrastinate = any(r.system.startswith("Procrastinate") for r in rows)
+    slow = " (Procrastinate: 2,000)" if with_procrastinate else ""
+    print(f"\nreadyq benchmark, median of {args.repeat} run(s), {args.jobs:,} no-op jobs"
+          f"{slow}, {os.cpu_count()} cores")
     print(f"{'system':40} {'database':10} {'procs':>5} {'jobs/s':>9} {'CPU us/job':>10}"
           f" {'server us/job':>13} {'commits/job':>11} {'claim p50/p99 ms':>17}")
     for r in rows:
