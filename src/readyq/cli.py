@@ -17,6 +17,7 @@ from datetime import datetime
 from typing import Any
 
 from readyq.errors import ReadyqError
+from readyq.untrusted import printable
 
 DEFAULT_DB = "sqlite:///readyq.db"
 # The demo's own defaults (readyq.demo.DEFAULT_DB and DEFAULT_PREFIX, not imported here so
@@ -639,11 +640,21 @@ def _console_class() -> Any:
             self.quiet = True
             raise BrokenPipeError(errno.EPIPE, os.strerror(errno.EPIPE))
 
+        def render_str(self, text: str, **kwargs: Any) -> Any:
+            # Every plain string (a cell, a title) is shown as text: no markup, and no
+            # control character reaches the terminal.
+            return super().render_str(printable(text), **kwargs)
+
     return PipeConsole
 
 
 def _console(stderr: bool = False) -> Any:
-    return _console_class()(stderr=stderr, highlight=False)
+    return _console_class()(stderr=stderr, highlight=False, markup=False, emoji=False)
+
+
+def _say(text: str, **kwargs: Any) -> None:
+    """``print`` for a line that may hold stored text (a type, a state, an error)."""
+    print(printable(text), **kwargs)
 
 
 def _print_json(data: Any) -> None:
@@ -653,7 +664,7 @@ def _print_json(data: Any) -> None:
 def _text(value: object, style: str = "") -> Any:
     from rich.text import Text
 
-    return Text("" if value is None else str(value), style=style)
+    return Text("" if value is None else printable(str(value)), style=style)
 
 
 def _state(state: str) -> Any:
@@ -750,10 +761,10 @@ def cmd_migrate(args: argparse.Namespace) -> int:
             {"prefix": prefix, "previous": before, "revision": after, "stamped": bool(args.stamp)}
         )
     elif before == after:
-        print(f"readyq tables (prefix {prefix}) already at revision {after}")
+        _say(f"readyq tables (prefix {prefix}) already at revision {after}")
     else:
         verb = "stamped" if args.stamp else "migrated"
-        print(f"readyq tables (prefix {prefix}) {verb}: {before or 'none'} -> {after}")
+        _say(f"readyq tables (prefix {prefix}) {verb}: {before or 'none'} -> {after}")
     return 0
 
 
@@ -820,7 +831,7 @@ def cmd_enqueue(args: argparse.Namespace) -> int:
                 code=2,
             )
         if getattr(args, "db", None) or args.db_global:
-            print(
+            _say(
                 "readyq: note: --db is ignored with --app; the app's queue uses its own URL",
                 file=sys.stderr,
             )
@@ -861,7 +872,7 @@ def cmd_enqueue(args: argparse.Namespace) -> int:
                 data["created"] = created
             _print_json(data)
         else:
-            print(job_id)
+            _say(str(job_id))
     finally:
         if owned:
             queue.close()
@@ -916,7 +927,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
         raise CLIError("--concurrency must be at least 1", code=2)
     queue = _load_app(args.app)
     if getattr(args, "db", None) or args.db_global:
-        print(
+        _say(
             "readyq: note: --db is ignored by `worker`; the app's queue uses its own URL",
             file=sys.stderr,
         )
@@ -950,12 +961,12 @@ def cmd_worker(args: argparse.Namespace) -> int:
         if not is_transient(exc):
             raise
         database = queue.store.url.get_backend_name()
-        print(
+        _say(
             f"readyq: note: the database is not reachable yet ({describe(exc)}); the "
             "worker keeps trying",
             file=sys.stderr,
         )
-    print(
+    _say(
         f"readyq worker {worker.worker_id} on {database} (prefix {queue.prefix}): "
         f"types {', '.join(worker.types)}, cap {args.concurrency}"
         + ("" if args.until_idle else "; Ctrl-C to stop"),
@@ -965,7 +976,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
     if args.json:
         _print_json({"worker_id": worker.worker_id, **asdict(stats)})
     else:
-        print(
+        _say(
             f"worker {worker.worker_id} stopped: claimed {stats.claimed}, done {stats.done}, "
             f"retried {stats.retried}, failed {stats.failed}, cancelled {stats.cancelled}, "
             f"reclaimed {stats.reclaimed}"
@@ -990,7 +1001,9 @@ def render_status(st: Any, database: str, prefix: str, *, max_rows: int | None =
             "bold",
         )
     ]
+    # Known states in their order, then any other a row holds (written by hand).
     present = [s for s in STATE_ORDER if st.states.get(s)]
+    present += sorted(s for s in st.states if s not in STATE_ORDER and st.states[s])
     table = Table(title="Jobs per group and state", title_justify="left")
     table.add_column("group")
     for s in present:
@@ -1195,7 +1208,12 @@ def cmd_show(args: argparse.Namespace) -> int:
 
 
 def _short_json(value: Any, limit: int = 500) -> str:
-    text = json.dumps(value, ensure_ascii=False)
+    from readyq.payload import NotJSON
+
+    if isinstance(value, NotJSON):  # a row written by hand: shown as stored
+        text = f"{value} (stored, not JSON)"
+    else:
+        text = json.dumps(value, ensure_ascii=False)
     return text if len(text) <= limit else text[: limit - 20] + f"... ({len(text)} chars)"
 
 
@@ -1205,12 +1223,12 @@ def render_tree(g: Any) -> Any:
     def label(i: int, relation: str = "") -> Any:
         n = g.nodes[i]
         t = _text(relation, "italic bright_black")
-        t.append(f"#{n.id} {n.type}", style="bold" if i == g.root else "")
+        t.append(printable(f"#{n.id} {n.type}"), style="bold" if i == g.root else "")
         if n.is_container:
             t.append(" (container)", style="magenta")
         t.append(" ")
-        t.append(f"[{n.state}]", style=STATE_STYLES.get(n.state, ""))
-        t.append(f"  {n.group}", style="bright_black")
+        t.append(printable(f"[{n.state}]"), style=STATE_STYLES.get(n.state, ""))
+        t.append(printable(f"  {n.group}"), style="bright_black")
         return t
 
     def grow(
@@ -1305,9 +1323,9 @@ def cmd_retry(args: argparse.Namespace) -> int:
     lines = [f"job {i} -> {state}" for i, state in result.revived]
     if result.reopened:
         lines.append("containers reopened: " + ", ".join(str(i) for i in result.reopened))
-    print(f"retried job {args.id}: {len(result.revived)} job(s) revived")
+    _say(f"retried job {args.id}: {len(result.revived)} job(s) revived")
     for line in lines:
-        print(f"  {line}")
+        _say(f"  {line}")
     return 0
 
 
@@ -1324,12 +1342,12 @@ def cmd_cancel(args: argparse.Namespace) -> int:
     if args.json:
         _print_json(result.to_json())
     elif result.requested:
-        print(
+        _say(
             f"job {args.id} is {result.after}: cancel requested; the handler sees "
             "job.cancelled at its next heartbeat"
         )
     else:
-        print(f"job {args.id} cancelled ({result.before} -> {result.after})")
+        _say(f"job {args.id} cancelled ({result.before} -> {result.after})")
     return 0
 
 
@@ -1389,7 +1407,7 @@ def cmd_prune(args: argparse.Namespace) -> int:
             if result.kept
             else ""
         )
-        print(
+        _say(
             f"pruned {result.deleted} job(s) and {result.edges} dependency row(s) finished "
             f"before {admin.iso(result.cutoff)}{kept}"
         )
@@ -1412,7 +1430,7 @@ def _prune_dry_run(args: argparse.Namespace, seconds: float) -> int:
         if result.kept
         else ""
     )
-    print(
+    _say(
         f"dry run: would prune {result.deleted} job(s) and {result.edges} dependency row(s) "
         f"finished before {admin.iso(result.cutoff)}{kept}; nothing was deleted"
     )
@@ -1563,15 +1581,15 @@ def _print_bulk(result: Any, as_json: bool) -> None:
     would = {"retry": "would retry", "cancel": "would cancel"}[result.action]
     head = f"dry run: {would}" if result.dry_run else done
     extra = f", {result.requested} running asked to stop" if result.requested else ""
-    print(
+    _say(
         f"{head} {result.changed} job(s){extra} of {result.matched} matching "
         f"{_describe_filter(result.filter)}; {result.skipped} skipped"
         + ("; nothing was changed" if result.dry_run else "")
     )
     for job_id, reason in result.reasons:
-        print(f"  skipped job {job_id}: {reason}")
+        _say(f"  skipped job {job_id}: {reason}")
     if result.skipped > len(result.reasons):
-        print(f"  ... and {result.skipped - len(result.reasons)} more skipped")
+        _say(f"  ... and {result.skipped - len(result.reasons)} more skipped")
 
 
 def _error_line(text: str | None, limit: int = 60) -> str:
@@ -1621,7 +1639,7 @@ def cmd_jobs(args: argparse.Namespace) -> int:
         )
     console.print(table)
     if page.next_cursor is not None:
-        print(f"next page: --cursor {page.next_cursor}")
+        _say(f"next page: --cursor {page.next_cursor}")
     return 0
 
 
@@ -1674,7 +1692,7 @@ def cmd_dashboard(args: argparse.Namespace) -> int:
         if credentials is not None:
             app = BasicAuth(app, *credentials)
         where = f"http://{args.host}:{args.port}{base}/"
-        print(
+        _say(
             f"readyq dashboard on {queue.database} (prefix {queue.prefix}) at {where}"
             + (" (read-only)" if args.read_only else "")
             + ("" if credentials else "; no password: local use only")
@@ -1784,7 +1802,7 @@ def _run(args: argparse.Namespace) -> int:
         message, code = f"invalid database URL: {exc}", 2
     except sa.exc.DBAPIError as exc:
         message, code = f"database error ({exc.__class__.__name__}): {_db_message(exc)}", 1
-    print(f"readyq: {message}", file=sys.stderr)
+    _say(f"readyq: {message}", file=sys.stderr)
     return code
 
 
@@ -1840,7 +1858,7 @@ def _main(argv: Sequence[str] | None) -> int:
     try:
         return _run(args)
     except ReadyqError as exc:
-        print(f"readyq: {exc}", file=sys.stderr)
+        _say(f"readyq: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         return 130

@@ -16,6 +16,8 @@ from typing import TypedDict
 from readyq.errors import ConfigurationError
 from readyq.isolation import DEFAULT_KILL_GRACE, ISOLATIONS
 from readyq.planning.caps import Limit, Limits, normalize
+from readyq.schema import MAX_WORKER_ID_CHARS, key_problem
+from readyq.untrusted import has_controls
 
 DEFAULT_CONCURRENCY = 1
 DEFAULT_LEASE_TTL = 30.0
@@ -156,6 +158,16 @@ class WorkerOptions:
                 isinstance(value, bool) or not isinstance(value, int) or value < 1
             ):
                 raise ConfigurationError(f"{name} must be an int >= 1, not {value!r}")
+        worker_id = self.worker_id
+        if worker_id is not None:
+            problem = key_problem(worker_id)
+            if problem is None and len(worker_id) > MAX_WORKER_ID_CHARS:
+                problem = f"must be at most {MAX_WORKER_ID_CHARS} characters"
+            if problem is None and has_controls(worker_id):
+                problem = "must not contain control characters"
+            if problem is not None:
+                # It is written into every lease and log line of the worker.
+                raise ConfigurationError(f"worker_id {problem}: {worker_id!r}")
         if self.types is not None and (
             isinstance(self.types, (str, bytes)) or not all(isinstance(t, str) for t in self.types)
         ):

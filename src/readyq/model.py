@@ -31,6 +31,19 @@ class JobState(str, Enum):
     def is_terminal(self) -> bool:
         return self in TERMINAL_STATES
 
+    @classmethod
+    def stored(cls, value: str) -> JobState:
+        """The state a row holds. One this readyq does not know (a row written by hand,
+        or by a newer readyq) is kept as it is, in a member of its own named
+        ``UNKNOWN``: neither terminal nor unfinished, shown as stored."""
+        try:
+            return cls(value)
+        except ValueError:
+            member = str.__new__(cls, value)
+            member._name_ = "UNKNOWN"
+            member._value_ = value
+            return member
+
     def __str__(self) -> str:
         return self.value
 

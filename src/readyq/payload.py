@@ -109,3 +109,19 @@ def decode(text: str | None) -> Any:
             if end == len(text):
                 return value
     return json.loads(text)
+
+
+class NotJSON(str):
+    """A stored value that is not JSON, as the text it is: what a row written by hand
+    (or damaged) may hold. Reads that show jobs return it instead of failing."""
+
+    __slots__ = ()
+
+
+def decode_stored(text: str | None) -> Any:
+    """Decode a value read from a row to be shown: like :func:`decode`, but text that
+    is not JSON comes back as :class:`NotJSON` rather than raising."""
+    try:
+        return decode(text)
+    except (ValueError, TypeError, RecursionError):
+        return NotJSON(text)

@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any
 from readyq.errors import ConfigurationError
 from readyq.metrics import Observer
 from readyq.model import GroupStats
+from readyq.transient import describe
 
 if TYPE_CHECKING:
     from readyq.aio.queue import AsyncQueue
@@ -219,7 +220,7 @@ class _GroupCollector:
             stats = self._read()
         except Exception as exc:
             # A scrape must still serve the counters when the database is away.
-            log.warning("readyq gauges not collected: %s: %s", type(exc).__name__, exc)
+            log.warning("readyq gauges not collected: %s", describe(exc))
             return
         for key, st in stats.items():
             if st.oldest_ready_age is not None:

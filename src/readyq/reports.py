@@ -116,7 +116,8 @@ class Status:
         return {
             "now": iso(self.now),
             "total": self.total,
-            "states": {s: self.states.get(s, 0) for s in STATE_ORDER},
+            # Every known state, then any other a row holds (written by hand).
+            "states": {**{s: 0 for s in STATE_ORDER}, **ordered_states(self.states)},
             "groups": self.groups,
             "in_flight": self.in_flight,
             "runnable": self.runnable,

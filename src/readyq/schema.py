@@ -78,6 +78,8 @@ COSTED_TYPE_EXPRESSION = f"CASE WHEN {COSTED_READY} THEN type END"
 
 
 MAX_KEY_CHARS = 200
+# The longest worker id: a lease's owner.
+MAX_WORKER_ID_CHARS = 120
 # A job's resource costs as canonical JSON (readyq.resources bounds its length). SQLite
 # enforces no length, and its planner sizes rows by the declared ones: a wide VARCHAR
 # there tips its choice of index for the listings, so it is plain TEXT.
@@ -289,7 +291,7 @@ def build_tables(prefix: str = DEFAULT_PREFIX, traits: TableTraits = TableTraits
         sa.Column("open_children", sa.Integer, nullable=False, default=0),
         sa.Column("failed_children", sa.Integer, nullable=False, default=0),
         sa.Column("cancel_requested", sa.Boolean, nullable=False, default=False),
-        sa.Column("lease_owner", sa.String(120), nullable=True),
+        sa.Column("lease_owner", sa.String(MAX_WORKER_ID_CHARS), nullable=True),
         # Fencing token: bumped at every claim, never reset.
         sa.Column("lease_token", sa.BigInteger, nullable=False, default=0),
         sa.Column("lease_expires", Instant, nullable=True),

@@ -19,6 +19,8 @@ import random
 
 import sqlalchemy as sa
 
+from readyq.untrusted import one_line
+
 # PEP 249 names the errors about the connection and the server's operation these two.
 DRIVER_CONNECTION_ERRORS = frozenset({"OperationalError", "InterfaceError"})
 
@@ -57,7 +59,8 @@ def describe(exc: BaseException, limit: int = 200) -> str:
     if len(first) > limit:
         first = first[: limit - 3] + "..."
     name = type(orig).__name__
-    return f"{name}: {first}" if first else name
+    # A driver's message may quote the data it refused: kept to one printable line.
+    return one_line(f"{name}: {first}") if first else name
 
 
 def next_backoff(previous: float, ceiling: float = BACKOFF_MAX) -> float:

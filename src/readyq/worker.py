@@ -30,16 +30,17 @@ from readyq.handlers import HandlerSpec
 from readyq.isolation import ChildPool, JobRequest, Watch, check_importable, run_in_child
 from readyq.metrics import FINISHED_STATES, Observers
 from readyq.model import ClaimedJob, Flag, Job, job_log_fields
-from readyq.payload import decode, encode
+from readyq.payload import decode, decode_stored, encode
 from readyq.planning.backoff import retry_delay
 from readyq.planning.caps import current_cap
 from readyq.rate_limits import RateLimit
 from readyq.resources import Resource
 from readyq.schema import FALLBACK_MAX_ATTEMPTS
-from readyq.store import Lease, Outcome, OutcomeKind, ResourceView, Store
+from readyq.store import Applied, Lease, Outcome, OutcomeKind, ResourceView, Store
 from readyq.store.records import handler_texts
 from readyq.tracing import attempt_span, mark_failed, spans_enabled
 from readyq.transient import BACKOFF_MAX, describe, is_transient, next_backoff
+from readyq.untrusted import one_line
 from readyq.validation import dump_result, parse_args
 from readyq.wakeup import start_listener
 
@@ -49,6 +50,10 @@ FLUSH_LINGER = 0.01
 # The error types of attempts that ended with their child process (readyq.isolation).
 CHILD_DIED = "ChildProcessDied"
 CHILD_ENDS = frozenset({"Timeout", "MemoryLimit", CHILD_DIED, "Cancelled", "LeaseLost"})
+# The error type of an attempt whose outcome the database refused to store, and of one
+# whose stored args cannot be read.
+VALUE_REFUSED = "ValueRefused"
+UNREADABLE_ARGS = "UnreadableArgs"
 # The kinds every outcome is built with and sorted by, read once: on Python 3.11 each
 # ``OutcomeKind.X`` goes through EnumType.__getattr__'s slow attribute path.
 _DONE, _RETRY, _FAIL, _CANCEL = (
@@ -140,6 +145,9 @@ class RunningAttempt:
     traced: bool = False
     # Whether the handler runs in a child process (see readyq.isolation).
     isolated: bool = False
+    # Why the stored args cannot be read (a row written by hand), when they cannot: the
+    # attempt then fails without running.
+    unreadable: str | None = None
 
 
 @dataclass
@@ -307,6 +315,17 @@ def error_outcome(
         delay = retry_delay(c.attempt, base=spec.retry_base, maximum=spec.retry_max)
         return Outcome(kind=OutcomeKind.RETRY, delay=delay, **common)
     return Outcome(kind=OutcomeKind.FAIL, **common)
+
+
+def refused_outcome(o: Outcome, exc: BaseException) -> Outcome:
+    """The failure that replaces outcome ``o`` when the database refused a value it
+    carries (``exc``): the job fails, with an error that says what was refused."""
+    what = "result" if o.kind == _DONE else "error text"
+    return Outcome(
+        job=o.job, kind=_FAIL, duration=o.duration, error_type=VALUE_REFUSED,
+        error=(f"the attempt ended {o.kind}, but the database refused its {what}: "
+               f"{one_line(describe(exc))}"),
+    )
 
 
 def default_worker_id() -> str:
@@ -559,12 +578,13 @@ class Worker:
     def _outlives(self, exc: BaseException) -> bool:
         """Whether a failed tick is waited out: a transient failure (see
         :func:`readyq.transient.is_transient`), unless the database refused the statement
-        itself (``Dialect.is_permanent``: a schema this readyq does not match), which no
-        wait cures and which ends the worker like any other error."""
+        itself (``Dialect.is_permanent``: a schema this readyq does not match) or a value
+        it carried (``Dialect.is_refusal``), which no wait cures and which end the worker
+        like any other error. (A refused outcome never gets here: it fails alone.)"""
         if not is_transient(exc):
             return False
         dialect = self.store.connected_dialect
-        return dialect is None or not dialect.is_permanent(exc)
+        return dialect is None or not (dialect.is_permanent(exc) or dialect.is_refusal(exc))
 
     def _outage(self, exc: BaseException) -> float:
         """Count and log a failed tick; return how long to wait before the next try.
@@ -722,9 +742,14 @@ class Worker:
                 rate_limits=self.rate_limits,
                 resources=self._resource_view(),
             )
-        except BaseException:
-            self._inbox.outcomes.extendleft(reversed(outcomes))
-            raise
+        except BaseException as exc:
+            if not outcomes or not self._is_refusal(exc):
+                self._inbox.outcomes.extendleft(reversed(outcomes))
+                raise
+            # A value one outcome carries was refused: recorded apart, that one alone
+            # fails, and the claim waits for the next tick.
+            outcomes, applied = self._record_apart(outcomes)
+            claimed = []
         if cap > 0 and free > 0:
             self.observers.emit("on_claim", time.perf_counter() - began, len(claimed))
         self._record(outcomes, applied)
@@ -763,10 +788,15 @@ class Worker:
         """Register a claimed attempt as running here (its handler not yet started)."""
         spec = self.handlers[c.type]
         lost, cancelled = Flag(), Flag()
+        unreadable = None
+        try:
+            args = decode(c.args_json)
+        except (ValueError, TypeError, RecursionError) as exc:
+            args, unreadable = None, f"its stored args are not JSON ({one_line(str(exc))})"
         job = Job(
             id=c.id,
             type=c.type,
-            args=decode(c.args_json),
+            args=args,
             attempt=c.attempt,
             max_attempts=c.max_attempts,
             group=c.group,
@@ -778,13 +808,14 @@ class Worker:
             _cancelled=cancelled,
         )
         entry = RunningAttempt(c, job, spec, lost, cancelled, lease_until=lease_until,
-                               traced=traced, isolated=c.type in self.isolated_types)
+                               traced=traced, isolated=c.type in self.isolated_types,
+                               unreadable=unreadable)
         stale = self._running.get(c.id)
         if stale is not None:  # an earlier attempt of this job that timed out here
             self._lose(stale)
         self._running[c.id] = entry
         if log.isEnabledFor(logging.INFO):  # spare the hot path the extra dict
-            log.info("job %d (%s) attempt %d started", c.id, c.type, c.attempt,
+            log.info("job %d (%s) attempt %d started", c.id, one_line(c.type), c.attempt,
                      extra={**claimed_fields(c), "event": "job_started",
                             "worker_id": self.worker_id})
         if self.observers:
@@ -793,7 +824,7 @@ class Worker:
 
     def _execute(self, entry: RunningAttempt) -> None:
         began = time.monotonic()
-        if self._too_late(entry, began):
+        if self._too_late(entry, began) or self._unrunnable(entry):
             return
         if entry.traced:
             with attempt_span(entry.claimed) as span:
@@ -936,6 +967,64 @@ class Worker:
         self._report(Outcome(job=c, kind=OutcomeKind.RELEASE))
         return True
 
+    def _is_refusal(self, exc: BaseException) -> bool:
+        """Whether the database refused a value a statement carried (see
+        ``Dialect.is_refusal``): never an outage, whatever wrapped it."""
+        dialect = self.store.connected_dialect
+        return dialect is not None and dialect.is_refusal(exc)
+
+    def _record_apart(self, outcomes: list[Outcome]) -> tuple[list[Outcome], Applied]:
+        """Record ``outcomes`` one transaction each, after the database refused a value
+        that one of them carries; return them as recorded, and whether each was.
+
+        The refused outcome is replaced by the attempt's failure, with an error that
+        says what the database refused (in readyq's own words, which every database
+        stores). Running it again would be refused again, so the job fails rather than
+        retries. An outage meanwhile leaves the outcomes not yet recorded for the next
+        tick.
+        """
+        recorded: list[Outcome] = []
+        applied: Applied = {}
+        for n, o in enumerate(outcomes):
+            try:
+                try:
+                    applied.update(self.store.record_outcomes(self.worker_id, [o]))
+                except Exception as exc:
+                    if not self._is_refusal(exc):
+                        raise
+                    o = refused_outcome(o, exc)
+                    log.warning(
+                        "job %d attempt %d: the database refused a value of its outcome "
+                        "(%s); the job fails", o.job.id, o.job.attempt,
+                        one_line(describe(exc)),
+                        extra={**claimed_fields(o.job), "event": "outcome_refused",
+                               "worker_id": self.worker_id},
+                    )
+                    applied.update(self.store.record_outcomes(self.worker_id, [o]))
+            except Exception as exc:
+                if self._is_refusal(exc):
+                    # Even readyq's own failure is refused: the row itself is at fault.
+                    # Its lease runs out and a sweep ends the attempt.
+                    log.error("job %d attempt %d: its failure cannot be recorded either "
+                              "(%s); its lease will expire", o.job.id, o.job.attempt,
+                              one_line(describe(exc)),
+                              extra={**claimed_fields(o.job), "event": "outcome_refused",
+                                     "worker_id": self.worker_id})
+                    continue
+                self._inbox.outcomes.extendleft(reversed(outcomes[n:]))
+                break
+            recorded.append(o)
+        return recorded, applied
+
+    def _unrunnable(self, entry: RunningAttempt) -> bool:
+        """True (and the attempt failed) when the job cannot run as stored: its args are
+        not JSON. Running it again cannot help, so the job fails at once."""
+        if entry.unreadable is None:
+            return False
+        self._report(Outcome(job=entry.claimed, kind=_FAIL, error=entry.unreadable,
+                             error_type=UNREADABLE_ARGS))
+        return True
+
     def _report(self, outcome: Outcome) -> None:
         """Hand an outcome to the loop. The loop waits for the first outcome, then lingers
         until every running job has reported (see ``_sleep``): only those two moments
@@ -999,26 +1088,31 @@ class Worker:
         # an attempt whose child process was killed or died: say what happened to it.
         if o.error_type == InvalidJobResult.__name__:
             how = "returned a result that could not be stored"
+        elif o.error_type == VALUE_REFUSED:
+            how = "ended, but the database refused its outcome,"
+        elif o.error_type == UNREADABLE_ARGS:
+            how = "could not start (its stored args are not JSON)"
         elif o.error_type in CHILD_ENDS and o.error:
             how = o.error.split(": its child")[0].split("\n")[0]
         else:
             how = f"raised {o.error_type}"
+        shown = one_line(c.type)  # a type may hold a newline: one log line all the same
         if o.kind == OutcomeKind.RETRY:
             extra.update(event="job_retry_scheduled", retry_in=round(o.delay, 3))
             log.info("job %d (%s) attempt %d %s after %.3fs; retry in %.1fs",
-                     c.id, c.type, c.attempt, how, o.duration, o.delay, extra=extra)
+                     c.id, shown, c.attempt, how, o.duration, o.delay, extra=extra)
         elif o.kind == OutcomeKind.FAIL:
             log.warning("job %d (%s) attempt %d %s after %.3fs; the job failed",
-                        c.id, c.type, c.attempt, how, o.duration, extra=extra)
+                        c.id, shown, c.attempt, how, o.duration, extra=extra)
         else:
-            log.info("job %d (%s) attempt %d %s after %.3fs", c.id, c.type, c.attempt,
+            log.info("job %d (%s) attempt %d %s after %.3fs", c.id, shown, c.attempt,
                      state, o.duration, extra=extra)
 
     def _job_of(self, c: ClaimedJob) -> Job:
         """A Job for the hooks when the attempt's own object is gone."""
         lost, cancelled = Flag(), Flag()
         return Job(
-            id=c.id, type=c.type, args=decode(c.args_json), attempt=c.attempt,
+            id=c.id, type=c.type, args=decode_stored(c.args_json), attempt=c.attempt,
             max_attempts=c.max_attempts, group=c.group, parent_id=c.parent_id,
             lease_token=c.lease_token, worker_id=self.worker_id,
             _heartbeat=self._job_heartbeat,
@@ -1071,7 +1165,13 @@ class Worker:
             outcomes = list(self._inbox.outcomes)
             self._inbox.outcomes.clear()
             if outcomes:
-                self._record(outcomes, self.store.record_outcomes(self.worker_id, outcomes))
+                try:
+                    applied = self.store.record_outcomes(self.worker_id, outcomes)
+                except Exception as exc:
+                    if not self._is_refusal(exc):
+                        raise
+                    outcomes, applied = self._record_apart(outcomes)
+                self._record(outcomes, applied)
             if self._running:
                 releases = [
                     Outcome(job=e.claimed, kind=OutcomeKind.RELEASE)

@@ -80,3 +80,7 @@ def area(job: readyq.Job) -> Area:
     args = job.args
     assert isinstance(args, Size)
     return Area(area=args.width * args.height, pid=os.getpid())
+
+
+def echo_args(job: readyq.Job) -> Any:
+    return job.args

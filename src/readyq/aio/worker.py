@@ -125,7 +125,7 @@ class AsyncWorker(Worker):
     async def _aexecute(self, entry: RunningAttempt) -> None:
         """The async twin of ``Worker._execute``: same span, validation and outcomes."""
         began = time.monotonic()
-        if self._too_late(entry, began):
+        if self._too_late(entry, began) or self._unrunnable(entry):
             return
         if entry.traced:
             with attempt_span(entry.claimed) as span:

@@ -258,6 +258,9 @@ class Dialect(ABC):
     # Error codes that say a statement cannot run on this database as it is (an unknown
     # column or function, a syntax error): see ``is_permanent``.
     permanent_codes: ClassVar[frozenset[object]] = frozenset()
+    # Error codes that say the database refused a value a statement carried (text it
+    # cannot store, a number out of range): see ``is_refusal``.
+    refusal_codes: ClassVar[frozenset[object]] = frozenset()
 
     def __init__(self, server_version: tuple[int, ...] = ()) -> None:
         self.server_version = server_version
@@ -1109,6 +1112,19 @@ class Dialect(ABC):
         itself (an unknown column or function, a syntax error), so its schema is not the
         one this readyq writes for. A worker stops on it instead of waiting it out."""
         return self.error_code(exc) in self.permanent_codes
+
+    def is_refusal(self, exc: BaseException) -> bool:
+        """True when the database or its driver refused a value the statement carried
+        (text it cannot store or encode, a number out of range, a value too long).
+
+        Running the statement again gets the same answer, so it is never waited out as
+        an outage: the write that carried the value fails alone (see
+        :mod:`readyq.worker`). A driver that cannot encode a string raises
+        ``UnicodeError`` before anything reaches the server.
+        """
+        if isinstance(exc, (UnicodeError, sa.exc.DataError)):
+            return True
+        return self.error_code(exc) in self.refusal_codes
 
     # -- forms of the statements above, overridden where a database has better ones ----
 

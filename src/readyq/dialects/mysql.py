@@ -217,6 +217,12 @@ class MySQLDialect(Dialect):
     missing_table_codes: ClassVar[frozenset[object]] = frozenset({1146})
     # 1054 unknown column, 1064 syntax error, 1146 no such table, 1305 no such function.
     permanent_codes: ClassVar[frozenset[object]] = frozenset({1054, 1064, 1146, 1305})
+    # 1264 out of range, 1292 truncated wrong value, 1300 invalid character string,
+    # 1366 incorrect string value (for the column's character set), 1367 illegal value,
+    # 1406 data too long, 3140 invalid JSON, 4025 a CHECK constraint failed.
+    refusal_codes: ClassVar[frozenset[object]] = frozenset(
+        {1264, 1292, 1300, 1366, 1367, 1406, 3140, 4025}
+    )
 
     def __init__(self, server_version: tuple[int, ...] = (), *, is_mariadb: bool = False):
         super().__init__(server_version)

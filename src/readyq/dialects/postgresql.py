@@ -147,6 +147,12 @@ class PostgresDialect(Dialect):
         {"42601", "42703", "42883", "42704", "42P01", "42804"}
     )
 
+    def is_refusal(self, exc: BaseException) -> bool:
+        """SQLSTATE class 22, data exception: a value the server cannot take (text with
+        NUL or in a bad encoding, a number out of range, a string too long)."""
+        code = self.error_code(exc)
+        return (isinstance(code, str) and code.startswith("22")) or super().is_refusal(exc)
+
     @classmethod
     def engine_options(cls) -> dict[str, Any]:
         return {"isolation_level": "READ COMMITTED"}

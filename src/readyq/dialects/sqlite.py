@@ -120,6 +120,12 @@ class SQLiteDialect(Dialect):
     # locked database, a full disk or a file that cannot be opened have codes of their own.
     # (Python 3.10's sqlite3 does not report the code: there such errors are waited out.)
     permanent_codes: ClassVar[frozenset[object]] = frozenset({"SQLITE_ERROR"})
+    # A string or blob over SQLite's length limit; a value of the wrong type for the
+    # column; a value a constraint refuses.
+    refusal_codes: ClassVar[frozenset[object]] = frozenset(
+        {"SQLITE_TOOBIG", "SQLITE_MISMATCH", "SQLITE_CONSTRAINT_CHECK",
+         "SQLITE_CONSTRAINT_NOTNULL"}
+    )
     driver_hint: ClassVar[str] = "use sqlite:///path (async: sqlite+aiosqlite:///path)"
 
     @classmethod

@@ -68,6 +68,7 @@ from readyq.store.records import (
     ResourceView,
 )
 from readyq.store.transactions import DEFAULT_TX_RETRIES, Transactions, pause_for
+from readyq.untrusted import one_line
 
 __all__ = [
     "Applied",
@@ -566,7 +567,7 @@ class Store:
         for r in result.jobs:
             log.warning(
                 "job %d (%s) attempt %d reclaimed (%s): %s",
-                r.id, r.type, r.attempt, r.reason.replace("_", " "), r.outcome,
+                r.id, one_line(r.type), r.attempt, r.reason.replace("_", " "), r.outcome,
                 extra={**job_log_fields(r.id, r.type, r.attempt, r.group),
                        "event": "job_reclaimed", "reason": r.reason, "state": r.outcome},
             )

@@ -23,7 +23,7 @@ from readyq.model import (
     ResourceStats,
     from_epoch,
 )
-from readyq.payload import decode
+from readyq.payload import decode_stored
 from readyq.reports import (
     INSTANTS,
     Graph,
@@ -357,8 +357,8 @@ def job_detail(ctx: StoreContext, conn: Connection, job_id: int) -> JobDetail:
         # None: the handler's, if any (written when the job is claimed).
         "uses": None if m["uses"] is None else dict(decode_uses(m["uses"])),
         "parent_id": None if m["parent_id"] is None else int(m["parent_id"]),
-        "args": decode(m["args"]),
-        "result": decode(m["result"]),
+        "args": decode_stored(m["args"]),
+        "result": decode_stored(m["result"]),
         "error": m["error"],
     }
     if fields["is_container"]:
@@ -517,9 +517,9 @@ def info_from_row(row: Any, depends_on: tuple[int, ...]) -> JobInfo:
     return JobInfo(
         id=int(row.id),
         type=row.type,
-        state=JobState(row.state),
-        args=decode(row.args),
-        result=decode(row.result),
+        state=JobState.stored(row.state),
+        args=decode_stored(row.args),
+        result=decode_stored(row.result),
         error=row.error,
         attempts=int(row.attempts),
         max_attempts=_max_attempts(row.max_attempts),

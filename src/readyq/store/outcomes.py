@@ -21,6 +21,7 @@ from readyq.model import IN_FLIGHT_STATES, ClaimedJob
 from readyq.store.context import StoreContext
 from readyq.store.graph import propagate
 from readyq.store.records import Applied, Lease, LeaseStatus, Outcome, OutcomeKind
+from readyq.untrusted import storable
 
 MAX_ERROR_CHARS = 8000
 
@@ -37,9 +38,14 @@ _LEAVES = {
 }
 
 
-def truncate_error(text: str | None) -> str | None:
-    """An error text cut to ``MAX_ERROR_CHARS``."""
-    if text is None or len(text) <= MAX_ERROR_CHARS:
+def stored_error(text: str | None) -> str | None:
+    """An error text as it is stored: storable on every database (see
+    :func:`readyq.untrusted.storable`; a handler's message may hold anything) and cut to
+    ``MAX_ERROR_CHARS``."""
+    if text is None:
+        return None
+    text = storable(text)
+    if len(text) <= MAX_ERROR_CHARS:
         return text
     return text[: MAX_ERROR_CHARS - 20] + "\n... (truncated)"
 
@@ -194,7 +200,7 @@ def _record_one(
     values: dict[str, Any]
     if o.kind == OutcomeKind.RETRY:
         final = None
-        values = {"state": "ready", "error": truncate_error(o.error), "run_after": now + o.delay}
+        values = {"state": "ready", "error": stored_error(o.error), "run_after": now + o.delay}
         # A cancel requested while the attempt ran wins over the retry.
         fence = sa.and_(fence, j.c.cancel_requested == sa.false())
     elif o.kind == OutcomeKind.RELEASE:
@@ -205,7 +211,7 @@ def _record_one(
         fence = sa.and_(fence, j.c.cancel_requested == sa.false())
     elif o.kind in (OutcomeKind.FAIL, OutcomeKind.CANCEL):
         final = "failed" if o.kind == OutcomeKind.FAIL else "cancelled"
-        values = {"state": final, "error": truncate_error(o.error), "finished_at": now}
+        values = {"state": final, "error": stored_error(o.error), "finished_at": now}
     else:
         raise ValueError(f"unknown outcome kind {o.kind!r}")
     values.update(lease_expires=None, deadline=None, updated_at=now)
@@ -222,7 +228,7 @@ def _record_one(
             )
             .values(
                 state="cancelled",
-                error=truncate_error(o.error) if o.error else "cancelled",
+                error=stored_error(o.error) if o.error else "cancelled",
                 finished_at=now,
                 lease_expires=None,
                 deadline=None,
@@ -250,7 +256,7 @@ def _record_one(
     elif o.kind == OutcomeKind.RELEASE and row.state == "ready":
         ours = row.run_after is None
     else:
-        ours = row.error == (truncate_error(o.error) if o.error else "cancelled")
+        ours = row.error == (stored_error(o.error) if o.error else "cancelled")
     applied[job.id, job.lease_token] = bool(
         row is not None
         and row.lease_owner == owner

@@ -56,6 +56,7 @@ from readyq.listing import (
 )
 from readyq.queue import Queue
 from readyq.reports import INSTANTS, iso, resource_json
+from readyq.untrusted import one_line
 from readyq.web.live import Changes
 from readyq.web.security import (
     CSRF_COOKIE,
@@ -588,7 +589,7 @@ def create_app(
         return d.error_page(request, exc.status_code, messages.get(exc.status_code, exc.detail))
 
     async def on_error(request: Request, exc: Exception) -> Response:
-        log.exception("dashboard error on %s", request.url.path)
+        log.exception("dashboard error on %s", one_line(request.url.path))
         return d.error_page(request, 500, "the dashboard hit an error; the server's log has it")
 
     routes = [
