@@ -8,62 +8,104 @@ or the error with its traceback; ``job.heartbeat()`` in the child asks the worke
 answers with what it learned (lease lost, cancel asked). No database connection crosses
 into the child: it never opens one of readyq's.
 
-Children start with ``forkserver`` on Linux and ``spawn`` elsewhere: never a ``fork`` of
-the worker, whose threads and pooled connections a forked copy would share. So a child
-imports the handler's module anew: a handler must be a module-level function (found by
-its module and name), its args and result JSON, and what it reads from module globals
-is whatever importing that module sets up, not the worker's state.
+Children are forked by the worker's spawner (:mod:`readyq.spawner`), a fresh process
+that imports readyq and the handlers' modules and nothing else: a child never runs the
+worker's ``__main__``, so a worker script needs no ``if __name__ == "__main__":`` guard
+for its children's sake. A child imports the handler's module anew: a handler must be
+a module-level function of an importable module (found by its module and name), its
+args and result JSON, and what it reads from module globals is whatever importing that
+module sets up, not the worker's state. POSIX only: where ``os.fork`` does not exist
+(Windows), ``isolation="process"`` is refused.
 
-At the deadline the worker sends SIGTERM to the child's process group (the child leads
-its own), waits ``kill_grace`` seconds, then sends SIGKILL; the slot is free at once. A
-child killed by a signal or exiting on its own fails its attempt, and the worker goes on.
-A child dies with its worker: it watches its pipe, and on Linux also asks the kernel to
-kill it when the process that started it ends.
+At the deadline the worker sends SIGTERM to the child, its process group and every
+process below it, waits ``kill_grace`` seconds, then sends SIGKILL to all of them; the
+slot is free at once. When the lease is lost the child gets SIGKILL at once, without a
+grace: it must be gone before another worker can run the job again. A child killed by a
+signal or exiting on its own fails its attempt, and the worker goes on. No child
+outlives its worker: the spawner kills every process below it when the worker ends,
+however it ends, and a child dies with the spawner (see :mod:`readyq.spawner` for what
+each platform covers).
+
+Messages from the child are data, never code: JSON, of a bounded length, each carrying
+the token of the job it answers for. An answer for another job (a handler that wrote to
+the pipe itself, a thread that outlived its job) is dropped, and the child is not
+reused; one that is not readyq's at all fails the attempt and the child is killed.
 """
 
 from __future__ import annotations
 
 import contextlib
-import multiprocessing
+import json
 import multiprocessing.connection
 import os
+import secrets
 import signal
+import socket
 import sys
 import threading
 import time
 import traceback
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from readyq.errors import ConfigurationError
+from readyq.spawner import Spawner, kill_tree
 
-# How often a waiting worker thread looks at its child's memory and at the job's flags.
+# How often a waiting worker thread looks at its child's memory and at the job's flags,
+# and, while the child waits for a heartbeat's answer, for that answer.
 WATCH_INTERVAL = 0.1
+ANSWER_POLL = 0.01
 DEFAULT_KILL_GRACE = 5.0
 ISOLATIONS = ("thread", "process")
+# What each child runs (see :func:`child_main`).
+CHILD_ENTRY = "readyq.isolation:child_main"
+# What a child's message may hold besides a result (its error text, its framing).
+MESSAGE_SLACK = 1 << 20
 
 
-def start_method() -> str:
-    """``forkserver`` where it exists (a fresh, single-threaded parent for every child),
-    else ``spawn``."""
-    return "forkserver" if "forkserver" in multiprocessing.get_all_start_methods() else "spawn"
+def check_isolation_possible(type: str) -> None:
+    """Raise ConfigurationError where children cannot be forked (no ``os.fork``)."""
+    if not hasattr(os, "fork"):
+        raise ConfigurationError(
+            f"the handler of {type!r} asks for isolation='process', which needs a POSIX "
+            "system (its children are forked); run it with isolation='thread' here"
+        )
+
+
+def check_handler_shape(fn: Callable[..., Any], type: str) -> None:
+    """At registration: raise ConfigurationError for a handler a child could never find
+    by its module and name (a lambda, a nested function, a function of ``__main__``).
+
+    Whether the module really holds the function is checked when a worker starts
+    (:func:`check_importable`): under ``@queue.handler(...)`` the module has not bound
+    the name yet.
+    """
+    check_isolation_possible(type)
+    qualname = getattr(fn, "__qualname__", "<lambda>")
+    module = getattr(fn, "__module__", None)
+    if not module or module == "__main__" or "<" in qualname:
+        raise ConfigurationError(_not_importable(type))
 
 
 def check_importable(fn: Callable[..., Any], type: str) -> None:
     """Raise ConfigurationError unless a child process can find ``fn`` by its module and
-    qualified name (a lambda, a closure or a function of ``__main__`` run as a script
-    cannot be)."""
+    qualified name (a lambda, a closure or a function of ``__main__`` cannot be)."""
+    check_handler_shape(fn, type)
     module = sys.modules.get(getattr(fn, "__module__", "") or "")
     target: Any = module
     for part in getattr(fn, "__qualname__", "<lambda>").split("."):
         target = getattr(target, part, None)
-    if module is None or target is not fn or module.__name__ == "__main__":
-        raise ConfigurationError(
-            f"the handler of {type!r} runs in a child process, which imports it by its "
-            "module and name: define it at the top level of an importable module (not a "
-            "lambda, a nested function or a script's __main__)"
-        )
+    if module is None or target is not fn:
+        raise ConfigurationError(_not_importable(type))
+
+
+def _not_importable(type: str) -> str:
+    return (
+        f"the handler of {type!r} runs in a child process, which imports it by its "
+        "module and name: define it at the top level of an importable module (not a "
+        "lambda, a nested function or a script's __main__)"
+    )
 
 
 # -- what crosses the pipe -----------------------------------------------------------------
@@ -71,7 +113,8 @@ def check_importable(fn: Callable[..., Any], type: str) -> None:
 
 @dataclass(frozen=True)
 class JobRequest:
-    """A job for a child: the handler (by reference) and what ``Job`` holds."""
+    """A job for a child: the handler (by reference) and what ``Job`` holds. ``token``
+    is drawn for this run: the child's answers carry it."""
 
     fn: Callable[..., Any]
     is_async: bool
@@ -87,6 +130,7 @@ class JobRequest:
     parent_id: int | None
     lease_token: int
     worker_id: str
+    token: str = field(default_factory=lambda: secrets.token_hex(8))
 
 
 @dataclass(frozen=True)
@@ -99,19 +143,38 @@ class ChildEnd:
     error_type: str | None = None
 
 
+class BadMessage(Exception):
+    """A child's message that is not one readyq's child sends."""
+
+
+def parse_answer(data: bytes) -> dict[str, Any]:
+    """A child's message, checked: a JSON object with a string ``token`` and ``kind``
+    (``end`` or ``heartbeat``), an end's fields strings or null. Raises BadMessage."""
+    try:
+        msg = json.loads(data)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise BadMessage(f"not JSON ({exc})") from None
+    if (
+        not isinstance(msg, dict)
+        or not isinstance(msg.get("token"), str)
+        or msg.get("kind") not in ("end", "heartbeat")
+    ):
+        raise BadMessage("not an answer of a readyq child")
+    if msg["kind"] == "end":
+        for key in ("result_json", "error", "error_type"):
+            if not isinstance(msg.get(key), (str, type(None))):
+                raise BadMessage(f"its {key} is not text")
+        if msg.get("result_json") is None and msg.get("error") is None:
+            raise BadMessage("an end with neither a result nor an error")
+        if msg.get("result_json") is not None:
+            try:
+                json.loads(msg["result_json"])
+            except ValueError:
+                raise BadMessage("its result is not JSON") from None
+    return msg
+
+
 # -- the child -----------------------------------------------------------------------------
-
-
-def _die_with_parent() -> None:
-    """On Linux, ask the kernel for SIGKILL when the process that started this one ends
-    (``prctl(PR_SET_PDEATHSIG)``); elsewhere the pipe watch alone does it."""
-    if not sys.platform.startswith("linux"):
-        return
-    with contextlib.suppress(Exception):
-        import ctypes
-
-        pr_set_pdeathsig = 1
-        ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, signal.SIGKILL)
 
 
 def child_main(conn: multiprocessing.connection.Connection) -> None:
@@ -120,17 +183,15 @@ def child_main(conn: multiprocessing.connection.Connection) -> None:
     A reader thread owns the receiving side: it hands jobs to this thread, answers the
     handler's heartbeats with the worker's replies and keeps the job's flags current. When
     the pipe closes (the worker is gone) it ends the process at once, whatever the
-    handler is doing.
+    handler is doing. Answers go back as JSON, with the job's token.
     """
-    os.setsid()  # its own process group: the worker signals the handler's children too
-    _die_with_parent()
     from readyq.model import Flag, Job
     from readyq.payload import decode, encode
     from readyq.validation import dump_result, parse_args
 
     jobs: list[JobRequest] = []
     arrived = threading.Condition()
-    replies: list[tuple[bool, bool]] = []
+    replies: list[bool] = []
     flags = {"lost": Flag(), "cancelled": Flag()}
     send_lock = threading.Lock()
 
@@ -154,34 +215,38 @@ def child_main(conn: multiprocessing.connection.Connection) -> None:
                     flags["cancelled"].set()
                 if kind == "heartbeat":
                     with arrived:
-                        replies.append((lost, cancelled))
+                        replies.append(bool(msg[3]))
                         arrived.notify_all()
 
     threading.Thread(target=read, name="readyq-child-reader", daemon=True).start()
 
-    def send(msg: tuple[Any, ...]) -> None:
+    def send(token: str, kind: str, **fields: Any) -> None:
         with send_lock:
-            conn.send(msg)
+            conn.send_bytes(json.dumps({"token": token, "kind": kind, **fields}).encode())
 
-    def heartbeat(job: Job, **_flags: Flag) -> None:
-        # The job's flags (``lost``, ``cancelled``) are set by the reader above.
+    def heartbeat(job: Job, **_flags: Flag) -> bool:
+        # The job's flags (``lost``, ``cancelled``) are set by the reader above, before
+        # the answer arrives.
         from readyq.errors import LeaseLost
 
         with arrived:
             replies.clear()
-            send(("heartbeat",))
+            send(current["token"], "heartbeat")
             while not replies:
                 arrived.wait()
-            lost, _ = replies.pop()
-        if lost:
+            extended = replies.pop()
+        if job.lease_lost:
             raise LeaseLost(f"job {job.id} attempt {job.attempt} lost its lease")
+        return extended
 
+    current = {"token": ""}
     while True:
         with arrived:
             while not jobs:
                 arrived.wait()
             req = jobs.pop(0)
             lost, cancelled = flags["lost"], flags["cancelled"]
+        current["token"] = req.token
         job = Job(
             id=req.id, type=req.type, args=decode(req.args_json), attempt=req.attempt,
             max_attempts=req.max_attempts, group=req.group, parent_id=req.parent_id,
@@ -212,7 +277,11 @@ def child_main(conn: multiprocessing.connection.Connection) -> None:
                 error="".join(traceback.format_exception(type(exc), exc, exc.__traceback__)),
                 error_type=type(exc).__name__,
             )
-        send(("end", end))
+        # A message JSON can carry whatever the handler's error holds.
+        error = None if end.error is None else end.error.encode(
+            "utf-8", "backslashreplace").decode("utf-8")
+        send(req.token, "end", result_json=end.result_json, error=error,
+             error_type=end.error_type)
 
 
 # -- the worker's side -------------------------------------------------------------------------
@@ -239,70 +308,68 @@ def rss_bytes(pid: int) -> int | None:
 
 
 class Child:
-    """One child process and the worker's end of its pipe."""
+    """One child process, forked by the spawner, and the worker's end of its pipe."""
 
-    def __init__(self, context: Any) -> None:
-        ours, theirs = context.Pipe(duplex=True)
-        # Not a daemon, so that a handler may start processes of its own; the worker ends
-        # every child itself (ChildPool.shutdown).
-        self.process = context.Process(target=child_main, args=(theirs,), daemon=False,
-                                       name="readyq-child")
-        self.process.start()
-        theirs.close()
-        self.conn: multiprocessing.connection.Connection = ours
+    def __init__(self, spawner: Spawner) -> None:
+        ours, theirs = socket.socketpair()
+        try:
+            self.pid = spawner.fork(theirs.fileno())
+        except BaseException:
+            ours.close()
+            raise
+        finally:
+            theirs.close()
+        self.spawner = spawner
+        self.conn = multiprocessing.connection.Connection(ours.detach())
         self.jobs = 0
+        # Whether it may run another job (False once it sent an answer for a job it is
+        # not running: what it says can no longer be matched to a job).
+        self.trusted = True
         self._ending = threading.Lock()  # a job's watcher and the shutdown may both kill
-        self.pid = int(self.process.pid or 0)
+
+    @property
+    def exitcode(self) -> int | None:
+        return self.spawner.exit_code(self.pid)
 
     def alive(self) -> bool:
-        try:
-            return bool(self.process.is_alive())
-        except ValueError:  # closed: it was reaped
-            return False
+        return self.exitcode is None
+
+    def wait(self, timeout: float) -> int | None:
+        return self.spawner.wait(self.pid, timeout)
 
     def signal(self, sig: int) -> None:
-        """``sig`` to the child's process group, or to the child alone if it has not made
-        its group yet."""
-        try:
-            os.killpg(self.pid, sig)
-        except (ProcessLookupError, PermissionError):
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(self.pid, sig)
+        """``sig`` to the child, its process group and every process below it."""
+        if self.alive():
+            kill_tree(self.pid, sig)
 
     def kill(self, grace: float) -> None:
-        """SIGTERM to the child's process group, ``grace`` seconds, then SIGKILL; reaped."""
+        """SIGTERM to the child's tree, ``grace`` seconds, then SIGKILL to what is left."""
         with self._ending:
-            if self.alive():
+            if grace > 0 and self.alive():
                 self.signal(signal.SIGTERM)
-                self.process.join(grace)
-            if self.alive():
-                self.signal(signal.SIGKILL)
-                self.process.join(5.0)
+                self.wait(grace)
+            kill_tree(self.pid, signal.SIGKILL)
+            self.wait(5.0)
             self.close()
 
     def close(self) -> None:
         with contextlib.suppress(OSError):
             self.conn.close()
-        with contextlib.suppress(ValueError):  # closed already
-            if not self.process.is_alive():
-                self.process.join(0)
-                self.process.close()
 
     def stop(self, grace: float) -> None:
         """End an idle child: close its pipe (it exits), then kill what is left."""
-        with contextlib.suppress(OSError):
-            self.conn.close()
+        self.close()
         with self._ending:
-            self.process.join(min(grace, 2.0))
+            self.wait(min(grace, 2.0))
         self.kill(grace)
 
 
 class ChildPool:
-    """Reusable child processes for one worker.
+    """Reusable child processes for one worker, forked by a spawner of its own.
 
     A child is taken for one job at a time and handed back; ``keep`` idle children are
-    kept, the others stopped. A child that ran ``max_jobs`` jobs, or was killed, is not
-    reused.
+    kept, the others stopped. A child that ran ``max_jobs`` jobs, was killed, or is no
+    longer trusted is not reused.
     """
 
     def __init__(
@@ -316,15 +383,22 @@ class ChildPool:
         self.keep = max(1, keep)
         self.max_jobs = max_jobs
         self.kill_grace = kill_grace
-        self._context = multiprocessing.get_context(start_method())
-        if start_method() == "forkserver":
-            # Modules the fork server imports once, so that each new child starts with
-            # them (readyq's child loop, the handlers' modules) instead of importing them.
-            self._context.set_forkserver_preload(["readyq.isolation", *preload])
+        # Modules the spawner imports once, so that each new child starts with them
+        # (readyq's child loop, the handlers' modules) instead of importing them.
+        self._preload = ("readyq.isolation", *preload)
+        self._spawner: Spawner | None = None
         self._idle: list[Child] = []
         self._busy: set[Child] = set()
         self._lock = threading.Lock()
         self._closed = False
+
+    def _spawner_now(self) -> Spawner:
+        with self._lock:
+            if self._closed:
+                raise RuntimeError("the worker's child pool is shut down")
+            if self._spawner is None:
+                self._spawner = Spawner(CHILD_ENTRY, self._preload)
+            return self._spawner
 
     def acquire(self) -> Child:
         with self._lock:
@@ -336,14 +410,15 @@ class ChildPool:
                     self._busy.add(child)
                     return child
                 child.close()
-        child = Child(self._context)
+        child = Child(self._spawner_now())
         with self._lock:
             self._busy.add(child)
         return child
 
     def release(self, child: Child, *, healthy: bool) -> None:
         """Hand a child back; one that is not ``healthy`` (killed, crashed, past its job
-        limit) is ended instead."""
+        limit, not trusted) is ended instead."""
+        healthy = healthy and child.trusted
         with self._lock:
             self._busy.discard(child)
             spent = self.max_jobs is not None and child.jobs >= self.max_jobs
@@ -357,15 +432,19 @@ class ChildPool:
 
     def shutdown(self) -> None:
         """End every child: idle ones now, busy ones (their jobs handed back by the
-        worker) with SIGTERM and SIGKILL after the grace; all of them reaped."""
+        worker) with SIGTERM and SIGKILL after the grace; then the spawner, which kills
+        whatever is left below it."""
         with self._lock:
             self._closed = True
             idle, busy = self._idle, list(self._busy)
             self._idle, self._busy = [], set()
+            spawner, self._spawner = self._spawner, None
         for child in idle:
             child.stop(self.kill_grace)
         for child in busy:
             child.kill(self.kill_grace)
+        if spawner is not None:
+            spawner.close()
 
 
 @dataclass
@@ -377,7 +456,10 @@ class Watch:
     cancelled: Callable[[], bool]
     terminate_on_cancel: bool
     lost: Callable[[], bool]
-    heartbeat: Callable[[], tuple[bool, bool]]  # -> (lost, cancelled)
+    # Asks the worker's heartbeats for a round; returns the poll of its answer (None
+    # while there is none, else whether the lease was extended). Never blocks, so the
+    # deadline is kept whatever the database does.
+    ask_heartbeat: Callable[[], Callable[[], bool | None]]
 
 
 @dataclass(frozen=True)
@@ -386,8 +468,15 @@ class RunResult:
 
     end: ChildEnd | None = None  # the child's own report
     killed: str | None = None  # why the worker killed it: timeout, memory, cancel, lost
-    crashed: str | None = None  # how it died on its own
+    crashed: str | None = None  # how it died on its own, or what it sent that was wrong
     healthy: bool = True
+
+
+def _crashed(pool: ChildPool, child: Child, how: str | None = None) -> RunResult:
+    if how is None:
+        how = describe_exit(child.wait(1.0))
+    pool.release(child, healthy=False)
+    return RunResult(crashed=how, healthy=False)
 
 
 def run_in_child(pool: ChildPool, req: JobRequest, watch: Watch) -> RunResult:
@@ -397,33 +486,40 @@ def run_in_child(pool: ChildPool, req: JobRequest, watch: Watch) -> RunResult:
     try:
         child.conn.send(("job", req))
     except OSError:
-        child.process.join(1.0)
-        result = RunResult(crashed=describe_exit(child.process.exitcode), healthy=False)
-        pool.release(child, healthy=False)
-        return result
+        return _crashed(pool, child)
+    limit = req.max_payload_bytes * 2 + MESSAGE_SLACK
     told = (False, False)
     next_memory_check = 0.0
+    answer: Callable[[], bool | None] | None = None  # of the child's heartbeat
     while True:
         now = time.monotonic()
-        wait = WATCH_INTERVAL if watch.deadline is None else max(
-            0.0, min(WATCH_INTERVAL, watch.deadline - now))
+        interval = WATCH_INTERVAL if answer is None else ANSWER_POLL
+        wait = interval if watch.deadline is None else max(
+            0.0, min(interval, watch.deadline - now))
         try:
-            ready = child.conn.poll(wait)
-            msg = child.conn.recv() if ready else None
-        except (EOFError, OSError):
-            child.process.join(1.0)
-            result = RunResult(crashed=describe_exit(child.process.exitcode), healthy=False)
-            pool.release(child, healthy=False)
-            return result
-        if msg is not None:
-            if msg[0] == "end":
+            data = child.conn.recv_bytes(limit) if child.conn.poll(wait) else None
+        except (EOFError, OSError) as exc:
+            # OSError also for a message over the limit: nothing of readyq's is that long.
+            how = None if isinstance(exc, EOFError) else f"sent a message over {limit} bytes"
+            return _crashed(pool, child, how and f"{how}: killed")
+        if data is not None:
+            try:
+                msg = parse_answer(data)
+            except BadMessage as exc:
+                child.kill(0.0)
+                return _crashed(pool, child, f"sent a message readyq does not accept ({exc})"
+                                ": killed")
+            if msg["token"] != req.token:
+                # An answer for another job: dropped, and the child retired after this one.
+                child.trusted = False
+                continue
+            if msg["kind"] == "end":
                 pool.release(child, healthy=True)
-                return RunResult(end=msg[1])
-            if msg[0] == "heartbeat":
-                lost, cancelled = watch.heartbeat()
-                with contextlib.suppress(OSError):
-                    child.conn.send(("heartbeat", lost, cancelled))
-                told = (lost, cancelled)
+                return RunResult(end=ChildEnd(result_json=msg.get("result_json"),
+                                              error=msg.get("error"),
+                                              error_type=msg.get("error_type")))
+            if answer is None:
+                answer = watch.ask_heartbeat()
             continue
         reason: str | None = None
         if watch.deadline is not None and time.monotonic() >= watch.deadline:
@@ -438,9 +534,17 @@ def run_in_child(pool: ChildPool, req: JobRequest, watch: Watch) -> RunResult:
             if rss is not None and rss > watch.max_memory:
                 reason = f"memory:{rss}"
         if reason is not None:
-            child.kill(pool.kill_grace)
+            # A child whose lease is lost is killed without a grace: it must be gone
+            # before another worker can start the job again.
+            child.kill(0.0 if reason == "lost" else pool.kill_grace)
             pool.release(child, healthy=False)
             return RunResult(killed=reason, healthy=False)
+        if answer is not None and (extended := answer()) is not None:
+            answer = None
+            told = (watch.lost(), watch.cancelled())
+            with contextlib.suppress(OSError):
+                child.conn.send(("heartbeat", *told, extended))
+            continue
         state = (watch.lost(), watch.cancelled())
         if state != told:  # what the worker learned at its heartbeats, for job.cancelled
             with contextlib.suppress(OSError):

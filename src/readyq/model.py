@@ -6,6 +6,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from enum import Enum
+from time import monotonic
 from typing import Any, NamedTuple
 
 
@@ -215,6 +216,22 @@ class Flag:
         return self._value
 
 
+class LeaseFlag(Flag):
+    """``job.lease_lost``: set by the worker when it learns that the lease is gone, and
+    true by itself from ``until`` on (this process's monotonic clock), the instant the
+    lease may have run out without a heartbeat. A worker that cannot reach its database
+    stops believing it holds the lease then (see :mod:`readyq.heartbeats`)."""
+
+    __slots__ = ("until",)
+
+    def __init__(self, until: float = float("inf")) -> None:
+        super().__init__()
+        self.until = until
+
+    def is_set(self) -> bool:
+        return self._value or monotonic() >= self.until
+
+
 @dataclass(eq=False)
 class Job:
     """What a handler receives.
@@ -241,7 +258,7 @@ class Job:
     worker_id: str
     # Called as ``_heartbeat(job, lost=..., cancelled=...)`` with the job's own flags, so
     # that a worker can pass one bound method for all its jobs.
-    _heartbeat: Callable[..., None] = field(repr=False)
+    _heartbeat: Callable[..., bool] = field(repr=False)
     _lost: Flag = field(default_factory=Flag, repr=False)
     _cancelled: Flag = field(default_factory=Flag, repr=False)
 
@@ -255,10 +272,14 @@ class Job:
         """True once someone asked to cancel this job (seen at the next heartbeat)."""
         return self._cancelled.is_set()
 
-    def heartbeat(self) -> None:
+    def heartbeat(self) -> bool:
         """Extend the lease now and refresh ``lease_lost`` and ``cancelled``.
 
         Workers already heartbeat every running job; call this to learn early whether the
-        job should stop. Raises :class:`readyq.LeaseLost` if the lease is gone.
+        job should stop. Returns True once the lease was extended, False when the
+        database did not answer within 5 seconds (the lease still holds; the worker
+        keeps trying). Raises :class:`readyq.LeaseLost` if the lease is gone, or given up
+        because the database could not be reached before it might run out: then at
+        once, without waiting for the database.
         """
-        self._heartbeat(self, lost=self._lost, cancelled=self._cancelled)
+        return self._heartbeat(self, lost=self._lost, cancelled=self._cancelled)

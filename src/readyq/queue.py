@@ -17,7 +17,11 @@ from sqlalchemy.orm import Session
 from typing_extensions import Unpack
 
 from readyq.config import WorkerOptions, WorkerOptionsDict
-from readyq.engines import DEFAULT_IDLE_TRANSACTION_TIMEOUT, create_engine
+from readyq.engines import (
+    DEFAULT_IDLE_TRANSACTION_TIMEOUT,
+    DEFAULT_LOCK_TIMEOUT,
+    create_engine,
+)
 from readyq.errors import (
     ConfigurationError,
     DependencyNotFound,
@@ -32,7 +36,7 @@ from readyq.errors import (
     UnknownJobType,
 )
 from readyq.handlers import HandlerRegistry, HandlerSpec
-from readyq.isolation import ISOLATIONS, check_importable
+from readyq.isolation import ISOLATIONS, check_handler_shape
 from readyq.listing import DEFAULT_LIMIT, JobFilter, check_limit, check_order, filter_of
 from readyq.metrics import Observers
 from readyq.model import Enqueued, GroupStats, JobInfo, JobState, ResourceStats
@@ -158,11 +162,15 @@ class Queue:
             every worker of this queue.
         idle_transaction_timeout: seconds (or timedelta) a session of the engine readyq
             creates from ``url`` may sit idle inside a transaction before the server
-            ends it (PostgreSQL, MariaDB; 60 by default, None to leave the server's
+            ends it (PostgreSQL, MariaDB; 20 by default, None to leave the server's
             setting). It frees the claim lock of a worker frozen inside its claim, which
             would otherwise stall every other worker; it applies to transactions run on
             ``Queue.engine`` too. Not applied to an engine passed in (see
-            :mod:`readyq.sessions`).
+            :mod:`readyq.engines`).
+        lock_timeout: seconds (or timedelta) a statement of that engine waits for a
+            row lock before it fails and is run again (PostgreSQL ``lock_timeout``,
+            MySQL and MariaDB ``innodb_lock_wait_timeout``; 5 by default, None to leave
+            the server's setting). Not applied to an engine passed in.
 
     Example::
 
@@ -189,9 +197,11 @@ class Queue:
         listen: bool | None = None,
         observers: Iterable[Any] = (),
         idle_transaction_timeout: float | timedelta | None = DEFAULT_IDLE_TRANSACTION_TIMEOUT,
+        lock_timeout: float | timedelta | None = DEFAULT_LOCK_TIMEOUT,
     ) -> None:
         validate_prefix(prefix)
         idle_timeout = queue_duration(idle_transaction_timeout, "idle_transaction_timeout")
+        lock_wait = queue_duration(lock_timeout, "lock_timeout")
         if (
             isinstance(max_payload_bytes, bool)
             or not isinstance(max_payload_bytes, int)
@@ -217,7 +227,8 @@ class Queue:
             )
         else:
             engine = create_engine(
-                url, options=engine_options, idle_transaction_timeout=idle_timeout
+                url, options=engine_options, idle_transaction_timeout=idle_timeout,
+                lock_timeout=lock_wait,
             )
             owned = True
         self.prefix = prefix
@@ -390,7 +401,7 @@ class Queue:
 
         def register(fn: F) -> F:
             if isolation == "process":
-                check_importable(fn, type)
+                check_handler_shape(fn, type)
             self._handlers.register(HandlerSpec(
                 type=type,
                 fn=fn,

@@ -27,16 +27,17 @@ from typing import Any
 from readyq.config import WorkerOptions
 from readyq.errors import ConfigurationError, InvalidJob, InvalidJobResult, LeaseLost
 from readyq.handlers import HandlerSpec
+from readyq.heartbeats import Heartbeats, start_thread
 from readyq.isolation import ChildPool, JobRequest, Watch, check_importable, run_in_child
 from readyq.metrics import FINISHED_STATES, Observers
-from readyq.model import ClaimedJob, Flag, Job, job_log_fields
+from readyq.model import ClaimedJob, Flag, Job, LeaseFlag, job_log_fields
 from readyq.payload import decode, decode_stored, encode
 from readyq.planning.backoff import retry_delay
 from readyq.planning.caps import current_cap
 from readyq.rate_limits import RateLimit
 from readyq.resources import Resource
 from readyq.schema import FALLBACK_MAX_ATTEMPTS
-from readyq.store import Applied, Lease, Outcome, OutcomeKind, ResourceView, Store
+from readyq.store import Applied, Outcome, OutcomeKind, ResourceView, Store
 from readyq.store.records import handler_texts
 from readyq.tracing import attempt_span, mark_failed, spans_enabled
 from readyq.transient import BACKOFF_MAX, describe, is_transient, next_backoff
@@ -132,14 +133,11 @@ class RunningAttempt:
     claimed: ClaimedJob
     job: Job
     spec: HandlerSpec
-    # The job's ``lease_lost`` and ``cancelled``, set by this worker.
-    lost: Flag
+    # The job's ``lease_lost`` and ``cancelled``, set by this worker; ``lost`` is also
+    # true by itself once the lease may have run out (see readyq.heartbeats).
+    lost: LeaseFlag
     cancelled: Flag
     cancel_seen: bool = False
-    # This process's monotonic time by which the lease surely still holds: the start of
-    # the transaction that claimed (or last extended) it, plus the lease length. The
-    # database's expiry is later than that.
-    lease_until: float = float("inf")
     # Whether the attempt runs in a span (asked once per claimed batch: the check reads
     # the environment when no provider is set).
     traced: bool = False
@@ -359,7 +357,6 @@ class Worker:
         self.options = options
         self.limits = options.limits
         self.lease_ttl = options.lease_seconds
-        self.heartbeat_interval = options.heartbeat_seconds
         self.poll_interval = options.poll_seconds
         self.max_running = options.max_running
         # Whether ``run`` keeps the heap that existed before it out of the garbage
@@ -399,8 +396,17 @@ class Worker:
         self._running: dict[int, RunningAttempt] = {}
         self._inbox = _Inbox()
         self._stop = threading.Event()
-        self._last_heartbeat = time.monotonic()
         self._last_reclaim = 0.0
+        # The leases of running attempts are extended apart from the loop (see
+        # readyq.heartbeats); attempts lost or given up there wait here for the loop.
+        self._gone: deque[RunningAttempt] = deque()
+        self.heartbeats = Heartbeats(
+            store, self.worker_id, self.lease_ttl, options.heartbeat_seconds,
+            wake=threading.Event(), on_lost=self._on_lost,
+        )
+        # Whether ``run_once`` runs the heartbeat rounds itself: when nothing else does
+        # (a worker driven tick by tick, not by ``run``).
+        self._beats_inline = True
         self._pool: Any = HandlerPool()
         # Database reachability: connected once (dialect known), and the outage under way.
         self._connected = False
@@ -420,6 +426,15 @@ class Worker:
         # Import the tracing API (when installed) now rather than at the first claim,
         # where it held the first jobs back for several milliseconds.
         spans_enabled()
+
+    @property
+    def heartbeat_interval(self) -> float:
+        """Seconds between two heartbeat rounds (see :mod:`readyq.heartbeats`)."""
+        return self.heartbeats.interval
+
+    @heartbeat_interval.setter
+    def heartbeat_interval(self, seconds: float) -> None:
+        self.heartbeats.interval = seconds
 
     @property
     def listener(self) -> Any:
@@ -505,6 +520,7 @@ class Worker:
                  extra={"event": "worker_started", "worker_id": self.worker_id,
                         "job_types": list(self.types)})
         previous = self._install_signals() if handle_signals else {}
+        stop_heartbeats = self._start_heartbeats()
         try:
             with frozen_heap(self.freeze_gc):
                 self._run_ticks(until_idle)
@@ -520,12 +536,29 @@ class Worker:
             try:
                 self._shutdown()
             finally:
+                stop_heartbeats()
                 for sig, handler in previous.items():
                     signal.signal(sig, signal.SIG_DFL if handler is None else handler)
         log.info("worker %s stopped: %s", self.worker_id, self.stats,
                  extra={"event": "worker_stopped", "worker_id": self.worker_id,
                         "stats": asdict(self.stats)})
         return self.stats
+
+    def _start_heartbeats(self) -> Callable[[], None]:
+        """Start the heartbeat rounds beside the loop; return what stops them."""
+        stop = start_thread(self.heartbeats)
+        self._beats_inline = False
+
+        def stopped() -> None:
+            stop()
+            self._beats_inline = True
+
+        return stopped
+
+    def _on_lost(self, entry: Any) -> None:
+        """From the heartbeats: ``entry``'s lease is gone or given up."""
+        self._gone.append(entry)
+        self._inbox.wake.set()
 
     def _run_ticks(self, until_idle: bool) -> None:
         """Tick until stopped. The database may be unreachable at any moment, start-up
@@ -690,11 +723,7 @@ class Worker:
                 inbox.wake.clear()
 
     def _wait_time(self) -> float:
-        wait = self.poll_interval
-        if self._running:
-            due = self._last_heartbeat + self.heartbeat_interval - time.monotonic()
-            wait = min(wait, max(due, 0.0))
-        return wait
+        return self.poll_interval
 
     def run_once(self) -> TickResult:
         """One tick: heartbeat and reclaim if due, then record outcomes and claim.
@@ -705,8 +734,10 @@ class Worker:
         self.stats.ticks += 1
         beats = 0
         now = time.monotonic()
-        if self._running and now - self._last_heartbeat >= self.heartbeat_interval:
-            beats = self._heartbeat()
+        if self._beats_inline and self._running and self.heartbeats.due(now):
+            beats = self.heartbeats.run_once()
+        while self._gone:
+            self._lose(self._gone.popleft())
         reclaimed = 0
         if now - self._last_reclaim >= self.poll_interval:
             self._last_reclaim = now
@@ -787,7 +818,7 @@ class Worker:
     def _entry(self, c: ClaimedJob, lease_until: float, traced: bool = False) -> RunningAttempt:
         """Register a claimed attempt as running here (its handler not yet started)."""
         spec = self.handlers[c.type]
-        lost, cancelled = Flag(), Flag()
+        lost, cancelled = LeaseFlag(), Flag()
         unreadable = None
         try:
             args = decode(c.args_json)
@@ -807,13 +838,13 @@ class Worker:
             _lost=lost,
             _cancelled=cancelled,
         )
-        entry = RunningAttempt(c, job, spec, lost, cancelled, lease_until=lease_until,
-                               traced=traced, isolated=c.type in self.isolated_types,
-                               unreadable=unreadable)
+        entry = RunningAttempt(c, job, spec, lost, cancelled, traced=traced,
+                               isolated=c.type in self.isolated_types, unreadable=unreadable)
         stale = self._running.get(c.id)
         if stale is not None:  # an earlier attempt of this job that timed out here
             self._lose(stale)
         self._running[c.id] = entry
+        self.heartbeats.hold(entry, lease_until)
         if log.isEnabledFor(logging.INFO):  # spare the hot path the extra dict
             log.info("job %d (%s) attempt %d started", c.id, one_line(c.type), c.attempt,
                      extra={**claimed_fields(c), "event": "job_started",
@@ -875,15 +906,6 @@ class Worker:
         c, job, spec = entry.claimed, entry.job, entry.spec
         timeout = c.timeout if c.timeout is not None else spec.timeout
 
-        def heartbeat() -> tuple[bool, bool]:
-            try:
-                self._job_heartbeat(job, lost=entry.lost, cancelled=entry.cancelled)
-            except LeaseLost:
-                pass
-            except Exception:  # the database is down: the loop's heartbeats carry on
-                log.debug("job %d: a heartbeat from its child failed", c.id, exc_info=True)
-            return entry.lost.is_set(), entry.cancelled.is_set()
-
         request = JobRequest(
             fn=spec.fn, is_async=spec.is_async, args_model=spec.args_model,
             result_model=spec.result_model, max_payload_bytes=self.max_payload_bytes,
@@ -897,7 +919,7 @@ class Worker:
             cancelled=entry.cancelled.is_set,
             terminate_on_cancel=spec.on_cancel == "terminate",
             lost=entry.lost.is_set,
-            heartbeat=heartbeat,
+            ask_heartbeat=lambda: self.heartbeats.ask(entry),
         )
         result = run_in_child(self._child_pool(), request, watch)
         duration = time.monotonic() - began
@@ -956,10 +978,14 @@ class Worker:
         enough that the job may be claimed elsewhere: a handler must not start. The
         hand-back is fenced, and uncharged while the lease is still ours.
         """
-        if now < entry.lease_until:
+        if not entry.lost.is_set():
             return False
         c = entry.claimed
-        entry.lost.set()
+        # No handler runs, so nothing is at risk: the heartbeats keep the lease (if the
+        # database still has it) until the hand-back is recorded, so that no sweep
+        # charges an attempt for a job that never ran.
+        entry.lost.until = float("inf")
+        self.heartbeats.ask(entry)
         log.warning("job %d attempt %d: not started, its lease may have expired before the "
                     "handler could start; handed back", c.id, c.attempt,
                     extra={**claimed_fields(c), "event": "start_skipped",
@@ -1044,8 +1070,9 @@ class Worker:
             # report after the same job was claimed again by this worker.
             entry = self._running.get(o.job.id)
             mine = entry is not None and entry.claimed.lease_token == o.job.lease_token
-            if mine:
+            if mine and entry is not None:
                 del self._running[o.job.id]
+                self.heartbeats.release(entry)
             if not applied.get((o.job.id, o.job.lease_token)):
                 self.stats.fenced_out += 1
                 fenced += 1
@@ -1119,44 +1146,26 @@ class Worker:
             _lost=lost, _cancelled=cancelled,
         )
 
-    def _heartbeat(self) -> int:
-        entries = list(self._running.values())
-        leases = [Lease(e.claimed.id, e.claimed.lease_token) for e in entries]
-        self._last_heartbeat = began = time.monotonic()
-        status = self.store.heartbeat(self.worker_id, leases, self.lease_ttl)
-        for e in entries:
-            st = status.get(e.claimed.id)
-            if st is None:
-                continue
-            if not st.lost:
-                e.lease_until = began + self.lease_ttl
-            if st.cancel_requested:
-                e.cancelled.set()
-            if st.lost:
-                self._lose(e)
-        return len(leases)
-
     def _lose(self, e: RunningAttempt) -> None:
-        if self._running.pop(e.claimed.id, None) is not None:
-            self.stats.leases_lost += 1
-            e.lost.set()
-            log.warning("job %d attempt %d: lease lost; the attempt is abandoned",
-                        e.claimed.id, e.claimed.attempt,
-                        extra={**claimed_fields(e.claimed), "event": "lease_lost",
-                               "worker_id": self.worker_id})
+        if self._running.get(e.claimed.id) is not e:
+            return
+        del self._running[e.claimed.id]
+        self.heartbeats.release(e)
+        self.stats.leases_lost += 1
+        e.lost.set()
+        log.warning("job %d attempt %d: lease lost; the attempt is abandoned",
+                    e.claimed.id, e.claimed.attempt,
+                    extra={**claimed_fields(e.claimed), "event": "lease_lost",
+                           "worker_id": self.worker_id})
 
-    def _job_heartbeat(self, job: Job, *, lost: Flag, cancelled: Flag) -> None:
-        """``job.heartbeat()``: extend its lease now; ``lost`` and ``cancelled`` are the
-        job's flags."""
-        status = self.store.heartbeat(
-            self.worker_id, [Lease(job.id, job.lease_token)], self.lease_ttl
-        )
-        st = status.get(job.id)
-        if st is not None and st.cancel_requested:
-            cancelled.set()
-        if st is None or st.lost:
+    def _job_heartbeat(self, job: Job, *, lost: Flag, cancelled: Flag) -> bool:
+        """``job.heartbeat()``: extend its lease now (see ``Heartbeats.beat``); ``lost``
+        and ``cancelled`` are the job's flags."""
+        entry = self._running.get(job.id)
+        if entry is None or entry.job is not job:  # the attempt is over here
             lost.set()
             raise LeaseLost(f"job {job.id} attempt {job.attempt} lost its lease")
+        return self.heartbeats.beat(entry)
 
     def _shutdown(self) -> None:
         """Record finished attempts and hand back the rest at once, uncharged."""

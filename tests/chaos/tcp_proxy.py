@@ -16,16 +16,17 @@ import struct
 import threading
 
 
-def free_port() -> int:
+def free_port(host: str = "127.0.0.1") -> int:
     with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
+        s.bind((host, 0))
         return int(s.getsockname()[1])
 
 
 class TcpProxy:
-    def __init__(self, target: tuple[str, int]) -> None:
+    def __init__(self, target: tuple[str, int], host: str = "127.0.0.1") -> None:
         self.target = target
-        self.port = free_port()
+        self.host = host
+        self.port = free_port(host)
         self.accepted = 0
         self._lock = threading.Lock()
         self._live: set[socket.socket] = set()
@@ -42,7 +43,7 @@ class TcpProxy:
             return
         server = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        server.bind(("127.0.0.1", self.port))
+        server.bind((self.host, self.port))
         server.listen(128)
         server.settimeout(0.05)
         self._stop.clear()

@@ -105,11 +105,50 @@ def test_session_timeouts_only_on_engines_readyq_creates(db: str, dialect_name: 
         for q in queues.values():
             q.close()
         queues["theirs"].engine.dispose()
+    # 20 s by default (below the default lease of 30 s); the lock wait is its own
+    # setting, 5 s by default (see test_lock_waits_are_bounded_on_engines_readyq_creates).
     if dialect_name == "postgresql":
-        assert got == {"default": ("1min",), "short": ("2500ms",), "off": ("0",),
+        assert got == {"default": ("20s",), "short": ("2500ms",), "off": ("0",),
                        "theirs": ("0",)}
     else:
-        assert got["default"][0] == 60 and got["short"] == (3, 3)
-        assert got["off"][0] == 0 and got["theirs"][0] == 0
+        assert got["default"] == (20, 5) and got["short"] == (3, 5)
+        assert got["off"] == (0, 5) and got["theirs"][0] == 0
     with pytest.raises(readyq.ConfigurationError, match="idle_transaction_timeout"):
         readyq.Queue(db, idle_transaction_timeout=0)
+
+
+def test_lock_waits_are_bounded_on_engines_readyq_creates(db: str, dialect_name: str) -> None:
+    """Every statement of readyq's engine waits at most ``lock_timeout`` for a lock (5 s
+    by default, within a heartbeat interval), so nothing waits behind a frozen holder
+    for longer; an engine passed in is left as it is."""
+    probe = {
+        "postgresql": "SHOW lock_timeout",
+        "mariadb": "SELECT @@innodb_lock_wait_timeout",
+    }.get(dialect_name)
+    if probe is None:
+        pytest.skip("SQLite waits for its write lock for its busy timeout, 5 s")
+
+    def seen(queue: readyq.Queue) -> object:
+        with queue.engine.connect() as conn:
+            return conn.exec_driver_sql(probe).scalar_one()
+
+    queues = {
+        "default": readyq.Queue(db),
+        "short": readyq.Queue(db, lock_timeout=1.5),
+        "off": readyq.Queue(db, lock_timeout=None, idle_transaction_timeout=None),
+        "theirs": readyq.Queue(sa.create_engine(db), lock_timeout=1.5),
+    }
+    try:
+        got = {name: seen(q) for name, q in queues.items()}
+    finally:
+        for q in queues.values():
+            q.close()
+        queues["theirs"].engine.dispose()
+    if dialect_name == "postgresql":
+        assert got == {"default": "5s", "short": "1500ms", "off": "0", "theirs": "0"}
+    else:
+        with queues["theirs"].engine.connect() as conn:
+            server = conn.exec_driver_sql("SELECT @@GLOBAL.innodb_lock_wait_timeout").scalar()
+        assert got == {"default": 5, "short": 2, "off": server, "theirs": server}
+    with pytest.raises(readyq.ConfigurationError, match="lock_timeout"):
+        readyq.Queue(db, lock_timeout=-1)

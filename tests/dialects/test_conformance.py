@@ -42,7 +42,7 @@ COVERED = {
     "runnable_counts", "in_flight", "in_flight_and_history", "claim_jobs",
     "record_progress", "start_leased", "extend_leases", "hand_back", "lease_rows",
     "mark_done", "error_code", "is_retryable", "is_disconnect", "is_missing_table",
-    "is_permanent", "database", "driver_hint", "in_flight_uses", "resource_heads",
+    "is_permanent", "is_refusal", "database", "driver_hint", "in_flight_uses", "resource_heads",
     "claim_ids", "resource_state", "resource_flight",
 }
 
@@ -450,6 +450,29 @@ def test_error_classification(queue: readyq.Queue) -> None:
     assert d.is_permanent(column.value)
     assert d.error_code(column.value) is not None
     assert not d.is_retryable(column.value) and not d.is_disconnect(column.value)
+    assert not d.is_refusal(column.value) and not d.is_refusal(missing.value)
+
+
+def test_refusals_of_a_value_are_told_apart(queue: readyq.Queue) -> None:
+    """A value the database or its driver refuses: NULL where a constraint forbids it,
+    and text no driver can encode (a lone surrogate). Never retryable, never a lost
+    connection."""
+    d = queue.store.dialect
+    job_id = queue.enqueue("t")
+    jobs = queue.store.tables.jobs
+    refused = []
+    with queue.engine.connect() as conn:
+        with pytest.raises(sa.exc.DBAPIError) as null:
+            conn.execute(sa.update(jobs).where(jobs.c.id == job_id).values(type=None))
+        conn.rollback()
+        refused.append(null.value)
+        with pytest.raises(UnicodeError) as surrogate:
+            conn.execute(sa.update(jobs).where(jobs.c.id == job_id).values(error="a\ud800"))
+        conn.rollback()
+        refused.append(surrogate.value)
+    for exc in refused:
+        assert d.is_refusal(exc), exc
+        assert not d.is_retryable(exc) and not d.is_disconnect(exc), exc
 
 
 # -- optional abilities ------------------------------------------------------------------
@@ -473,6 +496,6 @@ def test_every_seam_operation_has_a_test_here() -> None:
         name for name in dir(Dialect)
         if not name.startswith("_") and name not in ("name", "capabilities", "table_traits",
                                                      "retryable_codes", "missing_table_codes",
-                                                     "permanent_codes")
+                                                     "permanent_codes", "refusal_codes")
     }
     assert public == COVERED

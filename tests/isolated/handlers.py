@@ -84,3 +84,141 @@ def area(job: readyq.Job) -> Area:
 
 def echo_args(job: readyq.Job) -> Any:
     return job.args
+
+
+def beat(job: readyq.Job) -> bool:
+    """Heartbeats once (the worker's heartbeats then use a connection of their own)."""
+    return job.heartbeat()
+
+
+def note(path: str, *fields: object) -> None:
+    """Append one line to ``path`` (one write: lines from several processes never mix)."""
+    with open(path, "a") as f:
+        f.write(" ".join(str(x) for x in fields) + "\n")
+
+
+def heartbeat_timed(job: readyq.Job, path: str, who: str) -> None:
+    """``job.heartbeat()``, its answer and how long it took, noted in ``path``."""
+    began = time.monotonic()
+    try:
+        answer = "extended" if job.heartbeat() else "unanswered"
+    except readyq.LeaseLost:
+        answer = "lost"
+    except Exception as exc:
+        answer = f"error:{type(exc).__name__}"
+    note(path, "heartbeat", who, began, time.monotonic(), answer)
+
+
+def partition_child(job: readyq.Job) -> None:
+    """Notes that it is alive every 20 ms and heartbeats every 0.5 s, until killed."""
+    path = job.args["events"]
+    note(path, "start", "child", time.monotonic(), os.getpid())
+    last_beat = time.monotonic()
+    while True:
+        note(path, "alive", "child", time.monotonic())
+        if time.monotonic() - last_beat >= 0.5:
+            heartbeat_timed(job, path, "child")
+            last_beat = time.monotonic()
+        time.sleep(0.02)
+
+
+def noted_sleep(job: readyq.Job) -> dict[str, Any]:
+    """Notes its start, that it is alive every 20 ms, and its end, in the file
+    ``job.args["events"]``; runs ``job.args["seconds"]``."""
+    path, who = job.args["events"], f"attempt{job.attempt}"
+    note(path, "start", who, time.monotonic(), os.getpid())
+    end = time.monotonic() + job.args["seconds"]
+    while time.monotonic() < end:
+        note(path, "alive", who, time.monotonic())
+        time.sleep(0.02)
+    note(path, "end", who, time.monotonic())
+    return {"attempt": job.attempt}
+
+
+def heartbeat_forever(job: readyq.Job) -> None:
+    """Writes its pid to ``job.args["pid_file"]``, then heartbeats every 0.2 s for ever."""
+    path = Path(job.args["pid_file"])
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(str(os.getpid()))
+    tmp.rename(path)
+    while True:
+        job.heartbeat()
+        time.sleep(0.2)
+
+
+def parent_pid(job: readyq.Job) -> dict[str, Any]:
+    """This child's parent: its pid and command line."""
+    ppid = os.getppid()
+    with open(f"/proc/{ppid}/cmdline", "rb") as f:
+        cmdline = f.read().replace(b"\0", b" ").decode()
+    return {"parent": ppid, "parent_cmdline": cmdline}
+
+
+def write_pid(path: str, pid: int) -> None:
+    tmp = Path(path + ".tmp")
+    tmp.write_text(str(pid))
+    tmp.rename(path)
+
+
+def stuck_in_c(job: readyq.Job) -> None:
+    """Writes its pid, then calls C's sleep while holding the GIL (a ``PyDLL`` call), so
+    that no Python thread of the child can run: only a kill from outside ends it."""
+    write_pid(job.args["pid_file"], os.getpid())
+    ctypes.PyDLL(None).sleep(600)
+
+
+def with_grandchild(job: readyq.Job) -> None:
+    """Starts a grandchild in a session of its own (out of the child's process group),
+    writes its pid, and waits."""
+    import subprocess
+
+    grandchild = subprocess.Popen(["sleep", "600"], start_new_session=True)
+    write_pid(job.args["pid_file"], grandchild.pid)
+    time.sleep(600)
+
+
+def forge_answers(job: readyq.Job) -> str:
+    """Leaves a thread behind that, once this job is over, writes an answer for it into
+    the child's pipe, as if the child spoke for the next job."""
+    import gc
+    import json
+    import multiprocessing.connection
+    import threading
+
+    from readyq.isolation import JobRequest
+
+    objects = gc.get_objects()
+    conn = next(o for o in objects if isinstance(o, multiprocessing.connection.Connection))
+    req = next(o for o in objects if isinstance(o, JobRequest) and o.id == job.id)
+
+    def later() -> None:
+        time.sleep(job.args["after"])
+        if not hasattr(req, "token"):  # a pipe of pickles, as readyq once had
+            from readyq.isolation import ChildEnd
+
+            conn.send(("end", ChildEnd(result_json='"forged"')))
+            return
+        conn.send_bytes(json.dumps({
+            "token": req.token, "kind": "end", "result_json": '"forged"', "error": None,
+            "error_type": None,
+        }).encode())
+
+    threading.Thread(target=later, daemon=True).start()
+    return "own"
+
+
+def garbage_answer(job: readyq.Job) -> str:
+    """Writes bytes into the child's pipe that are no answer of readyq's."""
+    import gc
+    import multiprocessing.connection
+
+    conn = next(o for o in gc.get_objects()
+                if isinstance(o, multiprocessing.connection.Connection))
+    conn.send_bytes(b"\x80\x04not an answer")
+    time.sleep(5)
+    return "never seen"
+
+
+def slow_echo(job: readyq.Job) -> Any:
+    time.sleep(job.args["seconds"])
+    return job.args["value"]

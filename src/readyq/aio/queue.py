@@ -22,7 +22,7 @@ from typing_extensions import Unpack
 from readyq import engines
 from readyq.aio.worker import AsyncWorker
 from readyq.config import WorkerOptions, WorkerOptionsDict
-from readyq.engines import DEFAULT_IDLE_TRANSACTION_TIMEOUT
+from readyq.engines import DEFAULT_IDLE_TRANSACTION_TIMEOUT, DEFAULT_LOCK_TIMEOUT
 from readyq.errors import ConfigurationError
 from readyq.handlers import HandlerSpec
 from readyq.listing import DEFAULT_LIMIT, JobFilter
@@ -66,8 +66,10 @@ class AsyncQueue:
         listen: bool | None = None,
         observers: Iterable[Any] = (),
         idle_transaction_timeout: float | timedelta | None = DEFAULT_IDLE_TRANSACTION_TIMEOUT,
+        lock_timeout: float | timedelta | None = DEFAULT_LOCK_TIMEOUT,
     ) -> None:
         idle_timeout = queue_duration(idle_transaction_timeout, "idle_transaction_timeout")
+        lock_wait = queue_duration(lock_timeout, "lock_timeout")
         if isinstance(url, AsyncEngine):
             engine, owned = url, False
         elif isinstance(url, sa.Engine):
@@ -82,7 +84,7 @@ class AsyncQueue:
                 engine, owned = create_async_engine(parsed, **options), True
             except ImportError as exc:
                 raise engines.missing_driver(parsed, exc) from None
-            engines.install_session_timeouts(engine.sync_engine, idle_timeout)
+            engines.install_session_timeouts(engine.sync_engine, idle_timeout, lock_wait)
         self.async_engine = engine
         self._owned = owned
         self._queue = Queue(

@@ -21,6 +21,7 @@ from typing import Any
 from sqlalchemy.util.concurrency import await_only, greenlet_spawn
 
 from readyq.errors import ConfigurationError
+from readyq.heartbeats import run_logged
 from readyq.model import Flag, Job
 from readyq.tracing import attempt_span
 from readyq.worker import (
@@ -117,6 +118,23 @@ class AsyncWorker(Worker):
         return await greenlet_spawn(Worker.run, self, until_idle=until_idle,
                                     handle_signals=handle_signals)
 
+    def _start_heartbeats(self) -> Callable[[], None]:
+        """The heartbeat rounds as a task of the event loop, in a greenlet of their own
+        (the store runs there on the async engine), beside the loop's greenlet."""
+        loop = self._loop
+        assert loop is not None
+        beats = self.heartbeats
+        beats.wake = _LoopEvent(loop)
+        task = loop.create_task(greenlet_spawn(run_logged, beats))
+        self._beats_inline = False
+
+        def stop() -> None:
+            beats.stop()
+            await_only(task)  # called in the loop's greenlet
+            self._beats_inline = True
+
+        return stop
+
     async def prepare(self) -> None:  # type: ignore[override]
         """Connect, check the tables and build the loop's statements; see
         ``Worker.prepare``."""
@@ -144,15 +162,12 @@ class AsyncWorker(Worker):
         except BaseException as exc:  # a handler's failure, whatever it is, fails it
             return self._failed(entry, began, span, exc)
 
-    def _job_heartbeat(self, job: Job, *, lost: Flag, cancelled: Flag) -> None:
-        """``job.heartbeat()`` from a plain handler's thread: run it on the loop."""
-        loop = self._loop
-        if loop is None or threading.get_ident() == self._loop_thread:
+    def _job_heartbeat(self, job: Job, *, lost: Flag, cancelled: Flag) -> bool:
+        """``job.heartbeat()`` from a plain handler's thread. It waits for the heartbeats'
+        round, which runs on the event loop: an ``async def`` handler cannot call it."""
+        if threading.get_ident() == self._loop_thread:
             raise ConfigurationError(
                 "job.heartbeat() blocks: an async handler cannot call it on the event loop "
                 "(the worker heartbeats its running jobs every heartbeat_interval)"
             )
-        future = asyncio.run_coroutine_threadsafe(
-            greenlet_spawn(super()._job_heartbeat, job, lost=lost, cancelled=cancelled), loop
-        )
-        future.result()
+        return super()._job_heartbeat(job, lost=lost, cancelled=cancelled)

@@ -275,16 +275,19 @@ class Dialect(ABC):
     # -- engine -------------------------------------------------------------------------
 
     @classmethod
-    def engine_options(cls) -> dict[str, Any]:
-        """Keyword arguments for ``create_engine`` when readyq builds the engine."""
+    def engine_options(cls, driver: str = "") -> dict[str, Any]:
+        """Keyword arguments for ``create_engine`` when readyq builds the engine on a URL
+        of ``driver`` (``psycopg``, ``pymysql`` ...)."""
         # No pre-ping: it costs a round trip per transaction. A dead connection is
         # detected when used; the store invalidates the pool and retries the unit.
         return {}
 
     @classmethod
-    def session_statements(cls, sa_dialect: Any, seconds: float) -> list[str]:
+    def session_statements(
+        cls, sa_dialect: Any, idle_seconds: float | None, lock_seconds: float | None = None
+    ) -> list[str]:
         """The statements that bound how long one new connection may sit idle inside a
-        transaction (and wait for a lock), for engines readyq creates: see
+        transaction, and wait for a lock, for engines readyq creates: see
         :mod:`readyq.engines`. None by default."""
         return []
 

@@ -217,11 +217,12 @@ class MySQLDialect(Dialect):
     missing_table_codes: ClassVar[frozenset[object]] = frozenset({1146})
     # 1054 unknown column, 1064 syntax error, 1146 no such table, 1305 no such function.
     permanent_codes: ClassVar[frozenset[object]] = frozenset({1054, 1064, 1146, 1305})
-    # 1264 out of range, 1292 truncated wrong value, 1300 invalid character string,
-    # 1366 incorrect string value (for the column's character set), 1367 illegal value,
-    # 1406 data too long, 3140 invalid JSON, 4025 a CHECK constraint failed.
+    # 1048 NULL in a NOT NULL column, 1264 out of range, 1292 truncated wrong value,
+    # 1300 invalid character string, 1366 incorrect string value (for the column's
+    # character set), 1367 illegal value, 1406 data too long, 3140 invalid JSON,
+    # 3819 (MySQL) and 4025 (MariaDB) a CHECK constraint failed.
     refusal_codes: ClassVar[frozenset[object]] = frozenset(
-        {1264, 1292, 1300, 1366, 1367, 1406, 3140, 4025}
+        {1048, 1264, 1292, 1300, 1366, 1367, 1406, 3140, 3819, 4025}
     )
 
     def __init__(self, server_version: tuple[int, ...] = (), *, is_mariadb: bool = False):
@@ -235,22 +236,27 @@ class MySQLDialect(Dialect):
         return "mariadb" if self.is_mariadb else "mysql"
 
     @classmethod
-    def engine_options(cls) -> dict[str, Any]:
+    def engine_options(cls, driver: str = "") -> dict[str, Any]:
         return {"isolation_level": "READ COMMITTED"}
 
     @classmethod
-    def session_statements(cls, sa_dialect: Any, seconds: float) -> list[str]:
-        """``innodb_lock_wait_timeout`` lowered to ``seconds`` (never above the server's),
-        so that a lock wait fails and is retried rather than hanging; on MariaDB (10.3+)
-        also ``idle_transaction_timeout``, which ends a session idle inside a
-        transaction. MySQL 8 has no such timeout: a frozen claim holds the gate until
-        its process resumes or its connection dies."""
-        whole = max(1, math.ceil(seconds))
-        statements = [
-            "SET SESSION innodb_lock_wait_timeout = "
-            f"LEAST(@@GLOBAL.innodb_lock_wait_timeout, {whole})"
-        ]
-        if getattr(sa_dialect, "is_mariadb", False):
+    def session_statements(
+        cls, sa_dialect: Any, idle_seconds: float | None, lock_seconds: float | None = None
+    ) -> list[str]:
+        """``innodb_lock_wait_timeout`` lowered to ``lock_seconds`` (never above the
+        server's; whole seconds), so that a lock wait fails with 1205 and is retried
+        rather than hanging; on MariaDB (10.3+) also ``idle_transaction_timeout``, which
+        ends a session idle inside a transaction. MySQL 8 has no such timeout: a frozen
+        claim holds the gate until its process resumes or its connection dies."""
+        statements = []
+        wait = lock_seconds or idle_seconds
+        if wait:
+            statements.append(
+                "SET SESSION innodb_lock_wait_timeout = "
+                f"LEAST(@@GLOBAL.innodb_lock_wait_timeout, {max(1, math.ceil(wait))})"
+            )
+        if idle_seconds and getattr(sa_dialect, "is_mariadb", False):
+            whole = max(1, math.ceil(idle_seconds))
             statements.append(f"SET SESSION idle_transaction_timeout = {whole}")
         return statements
 

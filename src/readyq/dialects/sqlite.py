@@ -129,7 +129,7 @@ class SQLiteDialect(Dialect):
     driver_hint: ClassVar[str] = "use sqlite:///path (async: sqlite+aiosqlite:///path)"
 
     @classmethod
-    def engine_options(cls) -> dict[str, Any]:
+    def engine_options(cls, driver: str = "") -> dict[str, Any]:
         return {"connect_args": {"timeout": BUSY_TIMEOUT_MS / 1000}}
 
     @classmethod

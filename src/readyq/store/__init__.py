@@ -252,11 +252,12 @@ class Store:
         what: str = "write",
         after_commit: Callable[[T], T] | None = None,
         lost_commit: Callable[[T], None] | None = None,
+        retries: int | None = None,
     ) -> T:
         """Run ``unit`` in one write transaction: see :meth:`Transactions.write`."""
         return self.transactions.write(
             unit, connection=connection, idempotent=idempotent, what=what,
-            after_commit=after_commit, lost_commit=lost_commit,
+            after_commit=after_commit, lost_commit=lost_commit, retries=retries,
         )
 
     def read(self, unit: Callable[[Connection], T], *, single: bool = False) -> T:
@@ -523,13 +524,16 @@ class Store:
             lambda conn: outcomes.start_jobs(self.context, conn, owner, starts), what="start"
         )
 
-    def heartbeat(self, owner: str, leases: Sequence[Lease], ttl: float) -> dict[int, LeaseStatus]:
-        """Extend the leases still held, in one statement; report lost and cancelled jobs."""
+    def heartbeat(
+        self, owner: str, leases: Sequence[Lease], ttl: float, *, retries: int | None = None
+    ) -> dict[int, LeaseStatus]:
+        """Extend the leases still held, in one statement; report lost and cancelled jobs
+        (``retries``: see :meth:`Transactions.write`)."""
         if not leases:
             return {}
         return self.write(
             lambda conn: outcomes.heartbeat(self.context, conn, owner, leases, ttl),
-            what="heartbeat",
+            what="heartbeat", retries=retries,
         )
 
     def record_outcomes(self, owner: str, done: Sequence[Outcome]) -> Applied:

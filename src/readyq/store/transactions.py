@@ -108,6 +108,7 @@ class Transactions:
         what: str = "write",
         after_commit: Callable[[T], T] | None = None,
         lost_commit: Callable[[T], None] | None = None,
+        retries: int | None = None,
     ) -> T:
         """Run ``unit`` in one write transaction, committed here, retried when safe.
 
@@ -117,7 +118,8 @@ class Transactions:
         ``after_commit`` maps the unit's result once committed, the connection still
         open (to read a result the unit left in the driver). ``lost_commit`` is given
         the unit's result when its COMMIT failed, before the unit runs again: that
-        commit may have landed.
+        commit may have landed. ``retries`` caps the tries after the first (default:
+        ``tx_retries``), for a unit whose caller has a schedule of its own.
         """
         if connection is not None:
             try:
@@ -129,6 +131,7 @@ class Transactions:
         return self._run(
             unit, write=True, single=False, idempotent=idempotent, what=what,
             after_commit=after_commit, lost_commit=lost_commit,
+            retries=self.tx_retries if retries is None else retries,
         )
 
     def read(self, unit: Callable[[Connection], T], *, single: bool = False) -> T:
@@ -142,7 +145,10 @@ class Transactions:
         transaction costs the same, and psycopg drops its prepared statements on a
         ROLLBACK.
         """
-        return self._run(unit, write=False, single=single, idempotent=True, what="read")
+        return self._run(
+            unit, write=False, single=single, idempotent=True, what="read",
+            retries=self.tx_retries,
+        )
 
     def _run(
         self,
@@ -154,6 +160,7 @@ class Transactions:
         what: str,
         after_commit: Callable[[T], T] | None = None,
         lost_commit: Callable[[T], None] | None = None,
+        retries: int,
     ) -> T:
         engine, dialect = self._resolve()
         autocommit = single and dialect.capabilities.autocommit_reads
@@ -184,7 +191,7 @@ class Transactions:
                 self._translate(exc)
                 attempt += 1
                 delay = retry_pause(
-                    dialect, exc, attempt, self.tx_retries,
+                    dialect, exc, attempt, retries,
                     committing=committing, idempotent=idempotent, connected=connected,
                 )
                 if delay is None:
