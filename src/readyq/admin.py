@@ -400,6 +400,9 @@ def retry(queue: Queue, job_id: int, *, extra_attempts: int = 1) -> RetryResult:
       that had already ended ``failed`` goes back to ``active`` (and its parent
       container likewise), and its ``upstream_failed`` dependents are revived by the
       same rule. It rolls up again when its last child ends.
+    * A container that ended ``upstream_failed`` through its own dependencies is
+      revived (to ``active``) by the retry of the job at the root, like a job; a retry
+      of the container itself is refused, naming that job.
     * Retrying a container retries every ``failed`` or ``cancelled`` job inside it (at
       any depth) whose dependencies allow it, with the same consequences.
     * A job brought back takes its unique key back: the retry is refused if another

@@ -753,7 +753,10 @@ class Queue:
 
         It rolls up to ``done`` when every child ended done, else ``failed``. Containers
         nest, and other jobs may depend on a container. Its ``depends_on`` applies to every
-        child. A container with no children stays ``active``.
+        child, and ends the container as it would a job: ``upstream_failed`` when one
+        ends badly (it is born so if one already has), and ``done`` when the last one
+        ends done while the container has no children. A container with neither children
+        nor unfinished dependencies stays ``active``, waiting for children.
         """
         job = self._build(
             type, args, group=group, weight=weight, priority=0, depends_on=depends_on,

@@ -284,7 +284,8 @@ def classify(old: str | None, new: str, note: str | None, attempt: int | None,
             return ("reclaim", "cancelled") if reclaimed else ("finalize", "cancel")
     if old == "waiting" and new == "ready":
         return "unblocked", None
-    if old == "waiting" and new == "upstream_failed":
+    if old in ("waiting", "active") and new == "upstream_failed":
+        # A job, or a container ended by its own dependencies.
         return "upstream_failed", None
     if old in ("waiting", "ready") and new == "cancelled":
         return "cancel", None

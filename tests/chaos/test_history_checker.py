@@ -328,6 +328,8 @@ def test_a_start_after_its_lease_ended_is_stale_not_a_duplicate() -> None:
          ("upstream_failed", None)),
         ("ready", "cancelled", "cancelled", 0, 0, ("cancel", None)),
         ("active", "done", None, 0, 0, ("rollup", "done")),
+        ("active", "upstream_failed", "dependency 1 ended failed", 0, 0,
+         ("upstream_failed", None)),
         ("failed", "running", None, 1, 1, ("illegal", "failed>running")),
     ],
 )

@@ -118,6 +118,21 @@ def retry(ctx: StoreContext, conn: Connection, job_id: int, extra: int) -> Retry
             for e in edges:
                 dep_states[int(e.job_id)][int(e.depends_on_id)] = info[int(e.depends_on_id)].state
 
+    def refuse_upstream(i: int) -> None:
+        """Refuse a retry of ``i`` while a job it depends on ended badly, naming the job
+        whose retry revives it too."""
+        load_deps([i])
+        bad = sorted(dep for dep, state in dep_states[i].items() if state in BAD_ENDS)
+        if bad:
+            causes = _root_causes(ctx, conn, bad)
+            raise NotRetryable(
+                f"job {i} depends on job {bad[0]}, which ended {info[bad[0]].state}: "
+                f"retry {_jobs_phrase(causes)} instead; that revives this job too"
+            )
+
+    if row.is_container and row.state == "upstream_failed":
+        # Ended by its own dependencies, like a job: their retry revives it.
+        refuse_upstream(job_id)
     if row.is_container:
         roots = []
         frontier = [job_id]
@@ -135,14 +150,7 @@ def retry(ctx: StoreContext, conn: Connection, job_id: int, extra: int) -> Retry
             raise NotRetryable(f"container {job_id} holds no failed or cancelled job to retry")
     else:
         roots = [job_id]
-        load_deps(roots)
-        bad = sorted(dep for dep, state in dep_states[job_id].items() if state in BAD_ENDS)
-        if bad:
-            causes = _root_causes(ctx, conn, bad)
-            raise NotRetryable(
-                f"job {job_id} depends on job {bad[0]}, which ended {info[bad[0]].state}: "
-                f"retry {_jobs_phrase(causes)} instead; that revives this job too"
-            )
+        refuse_upstream(job_id)
 
     revived: dict[int, int] = {}  # job id -> unfinished dependencies
     reopened: list[int] = []
@@ -180,17 +188,22 @@ def retry(ctx: StoreContext, conn: Connection, job_id: int, extra: int) -> Retry
     wave = list(roots)
     while wave:
         load(wave)
-        load_deps(i for i in wave if not info[i].is_container)
+        load_deps(wave)
         admitted = []
         for i in sorted(set(wave)):
-            if i in revived or i in reopened or info[i].is_container:
+            if i in revived or i in reopened:
                 continue
             if i not in allowed and info[i].state != "upstream_failed":
                 continue
             if not admissible(i):
                 continue
-            revived[i] = sum(1 for s in dep_states[i].values() if s != "done")
-            order.append(i)
+            if info[i].is_container:
+                # Ended upstream_failed by its own dependencies: active again, with
+                # whatever of its children are revived (they depend on the same jobs).
+                reopened.append(i)
+            else:
+                revived[i] = sum(1 for s in dep_states[i].values() if s != "done")
+                order.append(i)
             admitted.append(i)
             admitted += reopen_parents(i)
         # Next wave: dependents of everything revived or reopened in this one.
@@ -249,12 +262,22 @@ def retry(ctx: StoreContext, conn: Connection, job_id: int, extra: int) -> Retry
                     updated_at=now,
                 )
             )
-    for chunk in chunks(reopened):
-        conn.execute(
-            sa.update(j)
-            .where(j.c.id.in_(chunk), j.c.state.in_(BAD_ENDS))
-            .values(state="active", error=None, finished_at=None, updated_at=now)
-        )
+    # A container counts its unfinished dependencies again too: its end when the last
+    # one is done depends on that count.
+    load_deps(reopened)
+    by_open: dict[int, list[int]] = defaultdict(list)
+    for i in reopened:
+        by_open[sum(1 for s in dep_states[i].values() if s != "done")].append(i)
+    for pending, ids in sorted(by_open.items()):
+        for chunk in chunks(ids):
+            conn.execute(
+                sa.update(j)
+                .where(j.c.id.in_(chunk), j.c.state.in_(BAD_ENDS))
+                .values(
+                    state="active", pending_deps=pending, error=None, finished_at=None,
+                    updated_at=now,
+                )
+            )
     for container, n in sorted(adjust.items()):
         conn.execute(
             sa.update(j)
