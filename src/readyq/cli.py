@@ -444,6 +444,17 @@ def _parser() -> argparse.ArgumentParser:
     _bulk_flags(p, "cancel")
 
     p = sub.add_parser(
+        "close",
+        parents=[common, as_json],
+        help="end an empty container done (Queue.close_container)",
+        description="End done a container that has no children and waits for no "
+        "dependency, as if its last child had ended done; its dependents follow. Refused, "
+        "changing nothing, for a container with children that have not ended or with "
+        "dependencies that are not done, and for anything else.",
+    )
+    p.add_argument("id", type=int, metavar="ID", help="the container to close")
+
+    p = sub.add_parser(
         "prune",
         parents=[common, as_json],
         help="delete finished jobs older than a cutoff",
@@ -1333,6 +1344,20 @@ def cmd_cancel(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_close(args: argparse.Namespace) -> int:
+    queue = _open(args)
+    try:
+        queue.close_container(args.id)
+        state = queue.get(args.id).state.value
+    finally:
+        queue.close()
+    if args.json:
+        _print_json({"id": args.id, "state": state})
+    else:
+        print(f"container {args.id} closed: {state}")
+    return 0
+
+
 class _PruneProgress:
     """A progress bar on stderr, shown only for prunes of many jobs."""
 
@@ -1736,6 +1761,7 @@ COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "dag": cmd_dag,
     "retry": cmd_retry,
     "cancel": cmd_cancel,
+    "close": cmd_close,
     "prune": cmd_prune,
     "top": cmd_top,
     "dashboard": cmd_dashboard,

@@ -933,6 +933,21 @@ class Queue:
         self.check_open()
         return self.store.cancel(_job_id(job_id, "job id"))
 
+    def close_container(self, job_id: int) -> None:
+        """End an empty container ``done``, as if its last child had ended done.
+
+        For a container enqueued without unfinished dependencies that will get no
+        children: it would otherwise stay ``active`` (see :meth:`enqueue_container`), and
+        its dependents waiting. Its dependents follow as after any ``done``. Raises
+        :class:`readyq.NotClosable`, changing nothing, for a job that is not a container
+        or has ended, a container with children that have not ended (it ends when they
+        do), and one that still waits for a dependency (it ends by itself when that is
+        done; one whose dependency ended badly is ended or revived with that job);
+        :class:`readyq.JobNotFound` for an unknown id.
+        """
+        self.check_open()
+        self.store.close_container(_job_id(job_id, "job id"))
+
     def counts(self) -> dict[str, int]:
         """Number of jobs in each state."""
         self.check_open()

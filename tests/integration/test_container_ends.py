@@ -325,3 +325,73 @@ def test_a_retry_repairs_a_container_left_active_before_the_fix(queue: readyq.Qu
     run_bounded(queue)
 
     assert states(queue, a, c, b) == [JobState.DONE] * 3
+
+
+def rows(queue: readyq.Queue) -> list[tuple[Any, ...]]:
+    j = queue.store.tables.jobs
+    with queue.engine.connect() as conn:
+        return [tuple(r) for r in conn.execute(sa.select(j).order_by(j.c.id))]
+
+
+def test_close_container_ends_an_empty_container_and_its_dependents_follow(
+    queue: readyq.Queue,
+) -> None:
+    Handlers(queue)
+    outer = queue.enqueue_container("outer")
+    empty = queue.enqueue_container("empty", parent=outer)
+    after = queue.enqueue("b", depends_on=[empty])
+    after_outer = queue.enqueue("b", depends_on=[outer])
+
+    queue.close_container(empty)
+
+    info = queue.get(empty)
+    assert info.state is JobState.DONE and info.error is None and info.finished_at
+    assert queue.get(after).state is JobState.READY
+    # Its container's last child ended: it rolls up, and its dependent is released.
+    assert states(queue, outer, after_outer) == [JobState.DONE, JobState.READY]
+    run_bounded(queue)
+    assert states(queue, after, after_outer) == [JobState.DONE] * 2
+
+
+def test_close_container_refuses_what_it_cannot_close_and_changes_nothing(
+    queue: readyq.Queue,
+) -> None:
+    Handlers(queue)
+    job = queue.enqueue("b", run_after=3600)
+    busy = queue.enqueue_container("busy")
+    queue.enqueue("part", parent=busy, run_after=3600)
+    waits = queue.enqueue_container("waits", depends_on=[job])
+    ended = queue.enqueue_container("ended")
+    queue.cancel(ended)
+    before = rows(queue)
+
+    with pytest.raises(readyq.JobNotFound):
+        queue.close_container(10_000)
+    with pytest.raises(readyq.NotClosable, match=f"job {job} is not a container"):
+        queue.close_container(job)
+    with pytest.raises(readyq.NotClosable, match=r"has already ended \(cancelled\)"):
+        queue.close_container(ended)
+    with pytest.raises(readyq.NotClosable, match=r"1 child job\(s\) that have not ended"):
+        queue.close_container(busy)
+    with pytest.raises(readyq.NotClosable, match=f"still waits for job {job}"):
+        queue.close_container(waits)
+
+    assert rows(queue) == before
+
+
+def test_close_container_names_the_job_to_retry_for_a_container_left_before_the_fix(
+    queue: readyq.Queue,
+) -> None:
+    Handlers(queue)
+    a = queue.enqueue("a", {})
+    c = queue.enqueue_container("fanout", depends_on=[a])
+    run_bounded(queue)
+    j = queue.store.tables.jobs
+    with queue.engine.begin() as conn:  # what an earlier version left behind
+        conn.execute(sa.update(j).where(j.c.id == c).values(
+            state="active", error=None, finished_at=None))
+    before = rows(queue)
+
+    with pytest.raises(readyq.NotClosable, match=f"depends on job {a}, which ended failed"):
+        queue.close_container(c)
+    assert rows(queue) == before

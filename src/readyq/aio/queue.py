@@ -307,6 +307,10 @@ class AsyncQueue:
         """See :meth:`readyq.Queue.cancel`."""
         return await greenlet_spawn(self._queue.cancel, job_id)
 
+    async def close_container(self, job_id: int) -> None:
+        """See :meth:`readyq.Queue.close_container`."""
+        await greenlet_spawn(self._queue.close_container, job_id)
+
     async def counts(self) -> dict[str, int]:
         """See :meth:`readyq.Queue.counts`."""
         return await greenlet_spawn(self._queue.counts)

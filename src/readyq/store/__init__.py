@@ -578,6 +578,16 @@ class Store:
         """Cancel a job; see ``Queue.cancel``."""
         return self.write(lambda conn: control.cancel(self.context, conn, job_id), what="cancel")
 
+    def close_container(self, job_id: int) -> None:
+        """End an empty container done; see ``Queue.close_container``."""
+        # Not run again after a COMMIT whose reply was lost: it would refuse the
+        # container it had just closed.
+        self.write(
+            lambda conn: control.close_container(self.context, conn, job_id),
+            idempotent=False,
+            what="close container",
+        )
+
     def retry(self, job_id: int, extra_attempts: int) -> RetryResult:
         """Revive a failed job and what failed because of it; see ``admin.retry``."""
         return self.write(

@@ -14,7 +14,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
-from readyq.errors import JobNotFound, NotRetryable
+from readyq.errors import JobNotFound, NotClosable, NotRetryable
 from readyq.listing import JobFilter
 from readyq.model import BAD_ENDS, IN_FLIGHT_STATES, TERMINAL_STATES, UNFINISHED_STATES
 from readyq.reports import RetryResult
@@ -72,6 +72,61 @@ def cancel(ctx: StoreContext, conn: Connection, job_id: int) -> bool:
             propagate(ctx, conn, [(job_id, "cancelled", row.parent_id)])
         return True
     return False
+
+
+def close_container(ctx: StoreContext, conn: Connection, job_id: int) -> None:
+    """End an empty container ``done``; see ``Queue.close_container``. Every row it
+    decides on is locked."""
+    t = ctx.tables
+    j, d = t.jobs, t.deps
+    row = conn.execute(
+        sa.select(j.c.state, j.c.is_container, j.c.parent_id, j.c.open_children)
+        .where(j.c.id == job_id)
+        .with_for_update()
+    ).first()
+    if row is None:
+        raise JobNotFound(f"no job with id {job_id}")
+    if not row.is_container:
+        raise NotClosable(f"job {job_id} is not a container")
+    if row.state != "active":
+        raise NotClosable(f"container {job_id} has already ended ({row.state})")
+    if row.open_children > 0:
+        raise NotClosable(
+            f"container {job_id} has {row.open_children} child job(s) that have not ended: "
+            "it ends when they do"
+        )
+    # Its dependencies' states as they are, not its counter: a close also ends a
+    # container whose counter went wrong, never one that still has something to wait for.
+    ups = sorted(
+        int(x) for x in conn.execute(sa.select(d.c.depends_on_id).where(d.c.job_id == job_id))
+        .scalars()
+    )
+    states = {
+        int(r.id): r.state
+        for chunk in chunks(ups)
+        for r in conn.execute(
+            sa.select(j.c.id, j.c.state).where(j.c.id.in_(chunk)).with_for_update()
+        )
+    }
+    bad = [i for i in ups if states.get(i) in BAD_ENDS]
+    if bad:
+        raise NotClosable(
+            f"container {job_id} depends on job {bad[0]}, which ended {states[bad[0]]}: "
+            f"retry job {bad[0]} (the container ends done once it is), or cancel the container"
+        )
+    unfinished = [i for i in ups if states.get(i) != "done"]
+    if unfinished:
+        raise NotClosable(
+            f"container {job_id} still waits for {_jobs_phrase(unfinished)}: it ends done "
+            "by itself when they are, if it has no children by then"
+        )
+    conn.execute(
+        sa.update(j)
+        .where(j.c.id == job_id, j.c.state == "active")
+        .values(state="done", error=None, pending_deps=0, finished_at=ctx.now,
+                updated_at=ctx.now)
+    )
+    propagate(ctx, conn, [(job_id, "done", row.parent_id)])
 
 
 def retry(ctx: StoreContext, conn: Connection, job_id: int, extra: int) -> RetryResult:

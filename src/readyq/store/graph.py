@@ -10,7 +10,7 @@ one fewer in its ``pending_deps``, and one that ends badly ends it ``upstream_fa
 container that has no children when its last dependency ends done ends ``done`` then:
 all of its children, none, are done. Nothing else ends an empty container on its own,
 so one enqueued without unfinished dependencies stays ``active`` for children added
-later, or until it is cancelled.
+later, until ``Queue.close_container`` or a cancel ends it.
 """
 
 from __future__ import annotations
