@@ -41,6 +41,7 @@ def test_public_names_are_pinned() -> None:
         "Resource",
         "ResourceStats",
         "SchemaNotFound",
+        "StuckJob",
         "UnknownJobType",
         "UnknownResource",
         "UnsupportedDatabase",

@@ -41,7 +41,7 @@ from readyq.listing import JobFilter
 from readyq.model import Enqueued, Job, JobInfo, JobState, ResourceStats
 from readyq.queue import JobSpec, Queue
 from readyq.rate_limits import RateLimit
-from readyq.reports import BulkResult, JobPage
+from readyq.reports import BulkResult, JobPage, StuckJob
 from readyq.resources import Resource
 from readyq.worker import Worker, WorkerStats
 
@@ -94,6 +94,7 @@ __all__ = [
     "Resource",
     "ResourceStats",
     "SchemaNotFound",
+    "StuckJob",
     "UnknownJobType",
     "UnknownResource",
     "UnsupportedDatabase",

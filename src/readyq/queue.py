@@ -21,6 +21,7 @@ from readyq.engines import DEFAULT_IDLE_TRANSACTION_TIMEOUT, create_engine
 from readyq.errors import (
     ConfigurationError,
     DependencyNotFound,
+    InvalidFilter,
     InvalidJobOption,
     InvalidParent,
     InvalidRateLimit,
@@ -41,7 +42,7 @@ from readyq.planning.backoff import DEFAULT_RETRY_BASE, DEFAULT_RETRY_MAX
 from readyq.planning.caps import Limits
 from readyq.planning.dag import insertion_order
 from readyq.rate_limits import RateLimit
-from readyq.reports import JobPage
+from readyq.reports import JobPage, StuckJob
 from readyq.resources import Resource, check_uses, define
 from readyq.resources import encode as encode_uses
 from readyq.schema import (
@@ -947,6 +948,36 @@ class Queue:
         """
         self.check_open()
         self.store.close_container(_job_id(job_id, "job id"))
+
+    def stuck(
+        self, *, empty_after: float | timedelta = 60.0, limit: int = 100
+    ) -> list[StuckJob]:
+        """What cannot progress on its own, in id order, at most ``limit`` (1 to 1,000):
+
+        * a waiting job or an open container that a job it depends on ended badly
+          without ending (``upstream_ended``; a database written by an earlier readyq,
+          or edited by hand);
+        * one whose count of unfinished dependencies disagrees with its dependencies
+          (``pending_mismatch``);
+        * a container with no child and nothing to wait for, unchanged for
+          ``empty_after`` (a number of seconds or a timedelta; ``empty_container``): it
+          waits for children nobody may add.
+
+        Each :class:`readyq.StuckJob` says why and what to do. A ready job is never
+        stuck, even with a ``run_after`` in the future; one of a type no worker handles
+        cannot be told from here (there is no registry of workers): ``readyq status``
+        names the types whose runnable jobs wait with none in flight. The read is
+        bounded: at most 10,000 waiting jobs and as many open containers are looked at,
+        through their indexes. Raises :class:`readyq.InvalidFilter` for a bad
+        ``empty_after`` or ``limit``.
+        """
+        self.check_open()
+        try:
+            seconds = _seconds(empty_after, "empty_after", allow_zero=True)
+        except InvalidJobOption as exc:
+            raise InvalidFilter(str(exc)) from None
+        assert seconds is not None
+        return self.store.stuck(empty_after=seconds, limit=check_limit(limit))
 
     def counts(self) -> dict[str, int]:
         """Number of jobs in each state."""

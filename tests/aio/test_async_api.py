@@ -138,7 +138,9 @@ def test_retries_then_fails(api: Api) -> None:
     assert api.get(dep).state is JobState.UPSTREAM_FAILED
 
 
-def test_a_container_follows_its_dependency_and_an_empty_one_is_closed(api: Api) -> None:
+def test_containers_follow_their_dependency_and_stuck_ones_are_seen_and_closed(
+    api: Api,
+) -> None:
     @api.handler("a", max_attempts=1)
     async def a(job: readyq.Job) -> None:
         raise RuntimeError("a failed")
@@ -155,9 +157,12 @@ def test_a_container_follows_its_dependency_and_an_empty_one_is_closed(api: Api)
 
     empty = api.call(api.q.enqueue_container, "open")
     later = api.enqueue("b", {}, depends_on=[empty])
+    [stuck] = api.call(api.q.stuck, empty_after=0)
+    assert (stuck.id, stuck.reason, stuck.blocks) == (empty, "empty_container", 1)
     with pytest.raises(readyq.NotClosable, match=f"job {later} is not a container"):
         api.call(api.q.close_container, later)
     api.call(api.q.close_container, empty)
+    assert api.call(api.q.stuck, empty_after=0) == []
     api.run()
     assert [api.get(i).state for i in (empty, later)] == [JobState.DONE] * 2
 

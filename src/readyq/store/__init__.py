@@ -48,6 +48,7 @@ from readyq.reports import (
     PruneResult,
     RetryResult,
     Status,
+    StuckJob,
     WorkerReport,
 )
 from readyq.resources import decode as decode_uses
@@ -719,9 +720,17 @@ class Store:
         """Per group: claimable jobs, the longest wait among them, and jobs in flight."""
         return self.read(lambda conn: inspection.group_stats(self.context, conn))
 
-    def status(self, *, unclaimed_after: float = 60.0) -> Status:
+    def status(self, *, unclaimed_after: float = 60.0, empty_after: float = 60.0) -> Status:
         """A snapshot of the queue, read in one pass with the database's clock."""
-        return self.read(lambda conn: inspection.status(self.context, conn, unclaimed_after))
+        return self.read(
+            lambda conn: inspection.status(self.context, conn, unclaimed_after, empty_after)
+        )
+
+    def stuck(self, *, empty_after: float, limit: int) -> list[StuckJob]:
+        """What cannot progress on its own: see :func:`readyq.store.inspection.stuck`."""
+        return self.read(
+            lambda conn: inspection.stuck(self.context, conn, empty_after=empty_after, limit=limit)
+        )
 
     def job_detail(self, job_id: int) -> JobDetail:
         """Everything about one job: see :func:`readyq.store.inspection.job_detail`."""
