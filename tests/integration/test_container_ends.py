@@ -363,6 +363,10 @@ def test_close_container_refuses_what_it_cannot_close_and_changes_nothing(
     waits = queue.enqueue_container("waits", depends_on=[job])
     ended = queue.enqueue_container("ended")
     queue.cancel(ended)
+    miscounted = queue.enqueue_container("miscounted")
+    j = queue.store.tables.jobs
+    with queue.engine.begin() as conn:  # a counter edited by hand: no child behind it
+        conn.execute(sa.update(j).where(j.c.id == miscounted).values(open_children=1))
     before = rows(queue)
 
     with pytest.raises(readyq.JobNotFound):
@@ -375,6 +379,8 @@ def test_close_container_refuses_what_it_cannot_close_and_changes_nothing(
         queue.close_container(busy)
     with pytest.raises(readyq.NotClosable, match=f"still waits for job {job}"):
         queue.close_container(waits)
+    with pytest.raises(readyq.NotClosable, match="counts 1 open children though none"):
+        queue.close_container(miscounted)
 
     assert rows(queue) == before
 

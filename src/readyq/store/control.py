@@ -90,13 +90,21 @@ def close_container(ctx: StoreContext, conn: Connection, job_id: int) -> None:
         raise NotClosable(f"job {job_id} is not a container")
     if row.state != "active":
         raise NotClosable(f"container {job_id} has already ended ({row.state})")
+    # Its children's and dependencies' states as they are, not its counters: a close may
+    # end a container whose counter went wrong, never one that has something to wait for.
+    live = int(conn.execute(
+        sa.select(sa.func.count()).where(j.c.parent_id == job_id, j.c.state.not_in(TERMINAL))
+    ).scalar_one())
+    if live:
+        raise NotClosable(
+            f"container {job_id} has {live} child job(s) that have not ended: it ends when "
+            "they do"
+        )
     if row.open_children > 0:
         raise NotClosable(
-            f"container {job_id} has {row.open_children} child job(s) that have not ended: "
-            "it ends when they do"
+            f"container {job_id} counts {row.open_children} open children though none is "
+            "unfinished (edited by hand?): cancel it instead"
         )
-    # Its dependencies' states as they are, not its counter: a close also ends a
-    # container whose counter went wrong, never one that still has something to wait for.
     ups = sorted(
         int(x) for x in conn.execute(sa.select(d.c.depends_on_id).where(d.c.job_id == job_id))
         .scalars()
