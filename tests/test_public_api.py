@@ -31,6 +31,7 @@ def test_public_names_are_pinned() -> None:
         "JobSpec",
         "JobState",
         "LeaseLost",
+        "NotClosable",
         "PayloadNotJSON",
         "PayloadTooLarge",
         "Queue",
@@ -40,6 +41,7 @@ def test_public_names_are_pinned() -> None:
         "Resource",
         "ResourceStats",
         "SchemaNotFound",
+        "StuckJob",
         "UnknownJobType",
         "UnknownResource",
         "UnsupportedDatabase",
@@ -53,7 +55,7 @@ def test_every_error_derives_from_the_one_base() -> None:
     errors = [getattr(readyq, n) for n in readyq.__all__ if n.endswith(("Error", "Found", "Lost",
               "Closed", "Prefix", "Weight", "Parent", "Option", "Cycle", "Type", "JSON",
               "Large", "Database", "Job", "Args", "Result", "Key", "Filter", "Cursor",
-              "Limit"))]
+              "Limit", "Closable"))]
     for err in errors:
         if isinstance(err, type) and issubclass(err, Exception):
             assert issubclass(err, readyq.ReadyqError), err

@@ -27,6 +27,7 @@ from readyq.errors import (
     InvalidWeight,
     JobNotFound,
     LeaseLost,
+    NotClosable,
     PayloadNotJSON,
     PayloadTooLarge,
     QueueClosed,
@@ -40,7 +41,7 @@ from readyq.listing import JobFilter
 from readyq.model import Enqueued, Job, JobInfo, JobState, ResourceStats
 from readyq.queue import JobSpec, Queue
 from readyq.rate_limits import RateLimit
-from readyq.reports import BulkResult, JobPage
+from readyq.reports import BulkResult, JobPage, StuckJob
 from readyq.resources import Resource
 from readyq.worker import Worker, WorkerStats
 
@@ -83,6 +84,7 @@ __all__ = [
     "JobSpec",
     "JobState",
     "LeaseLost",
+    "NotClosable",
     "PayloadNotJSON",
     "PayloadTooLarge",
     "Queue",
@@ -92,6 +94,7 @@ __all__ = [
     "Resource",
     "ResourceStats",
     "SchemaNotFound",
+    "StuckJob",
     "UnknownJobType",
     "UnknownResource",
     "UnsupportedDatabase",

@@ -264,14 +264,18 @@ def check_schema(queue: Queue) -> None:
     queue.store.check_schema()
 
 
-def status(queue: Queue, *, unclaimed_after: float = 60.0) -> Status:
+def status(
+    queue: Queue, *, unclaimed_after: float = 60.0, empty_after: float = 60.0
+) -> Status:
     """Jobs per state and per group, what is in flight, the oldest runnable job's wait,
-    the workers holding leases (distinct ``lease_owner`` of leased/running jobs), and the
-    job types that seem to have no worker: runnable jobs waiting more than
-    ``unclaimed_after`` seconds while none of the type is in flight."""
-    if not math.isfinite(unclaimed_after) or unclaimed_after < 0:
-        raise ValueError(f"unclaimed_after must be a finite number >= 0, not {unclaimed_after!r}")
-    st = queue.store.status(unclaimed_after=unclaimed_after)
+    the workers holding leases (distinct ``lease_owner`` of leased/running jobs), the
+    job types that seem to have no worker (runnable jobs waiting more than
+    ``unclaimed_after`` seconds while none of the type is in flight), and the first 20
+    stuck jobs (``Queue.stuck``; empty containers after ``empty_after`` seconds)."""
+    for name, value in (("unclaimed_after", unclaimed_after), ("empty_after", empty_after)):
+        if not math.isfinite(value) or value < 0:
+            raise ValueError(f"{name} must be a finite number >= 0, not {value!r}")
+    st = queue.store.status(unclaimed_after=unclaimed_after, empty_after=empty_after)
     return dataclasses.replace(st, resources=list(queue.resource_stats().values()))
 
 
@@ -400,6 +404,9 @@ def retry(queue: Queue, job_id: int, *, extra_attempts: int = 1) -> RetryResult:
       that had already ended ``failed`` goes back to ``active`` (and its parent
       container likewise), and its ``upstream_failed`` dependents are revived by the
       same rule. It rolls up again when its last child ends.
+    * A container that ended ``upstream_failed`` through its own dependencies is
+      revived (to ``active``) by the retry of the job at the root, like a job; a retry
+      of the container itself is refused, naming that job.
     * Retrying a container retries every ``failed`` or ``cancelled`` job inside it (at
       any depth) whose dependencies allow it, with the same consequences.
     * A job brought back takes its unique key back: the retry is refused if another

@@ -345,11 +345,12 @@ def _parser() -> argparse.ArgumentParser:
     p = sub.add_parser(
         "status",
         parents=[common, as_json],
-        help="jobs per state and group, in flight, oldest ready, workers",
+        help="jobs per state and group, in flight, oldest ready, workers, stuck jobs",
         description="Counts per state and per group, jobs in flight, how long the "
         "oldest runnable job has waited, the workers holding leases (with "
-        "their latest heartbeat), and the job types that no worker seems to run, all "
-        "judged by the database clock.",
+        "their latest heartbeat), the job types that no worker seems to run, and the "
+        "jobs and containers that cannot progress on their own (stuck), all judged by "
+        "the database clock.",
     )
     p.add_argument(
         "--unclaimed-after",
@@ -358,6 +359,14 @@ def _parser() -> argparse.ArgumentParser:
         metavar="DURATION",
         help="list the types whose runnable jobs waited longer than this with none of "
         "them in flight (default 60s; e.g. 90, 5m)",
+    )
+    p.add_argument(
+        "--empty-after",
+        type=_duration_arg,
+        default=60.0,
+        metavar="DURATION",
+        help="list as stuck the containers with no child and nothing to wait for, "
+        "unchanged for longer than this (default 60s)",
     )
 
     p = sub.add_parser(
@@ -443,6 +452,17 @@ def _parser() -> argparse.ArgumentParser:
     )
     p.add_argument("id", type=int, nargs="?", metavar="ID", help="the job to cancel")
     _bulk_flags(p, "cancel")
+
+    p = sub.add_parser(
+        "close",
+        parents=[common, as_json],
+        help="end an empty container done (Queue.close_container)",
+        description="End done a container that has no children and waits for no "
+        "dependency, as if its last child had ended done; its dependents follow. Refused, "
+        "changing nothing, for a container with children that have not ended or with "
+        "dependencies that are not done, and for anything else.",
+    )
+    p.add_argument("id", type=int, metavar="ID", help="the container to close")
 
     p = sub.add_parser(
         "prune",
@@ -997,7 +1017,8 @@ def render_status(st: Any, database: str, prefix: str, *, max_rows: int | None =
         _text(
             f"readyq on {database} (prefix {prefix}) at {iso(st.now)} (database clock): "
             f"{st.total} jobs, {st.in_flight} in flight, {st.runnable} runnable now"
-            + (f", {st.deferred} ready but deferred" if st.deferred else ""),
+            + (f", {st.deferred} ready but deferred" if st.deferred else "")
+            + (f", {len(st.stuck)} stuck" if st.stuck else ""),
             "bold",
         )
     ]
@@ -1095,6 +1116,21 @@ def render_status(st: Any, database: str, prefix: str, *, max_rows: int | None =
                 "bold yellow",
             )
         )
+    if st.stuck:
+        stuck = Table(
+            title="Stuck: these cannot progress on their own", title_justify="left",
+            title_style="bold yellow",
+        )
+        for col in ("id", "type", "state", "why", "what to do"):
+            stuck.add_column(col, justify="right" if col == "id" else "left")
+        shown = st.stuck if max_rows is None else st.stuck[:max_rows]
+        for j in shown:
+            stuck.add_row(
+                _text(j.id), _text(j.type), _state(j.state), _text(j.detail), _text(j.hint)
+            )
+        if len(shown) < len(st.stuck):
+            stuck.add_row(_text(f"... {len(st.stuck) - len(shown)} more", "bright_black"))
+        parts.append(stuck)
     return Group(*parts)
 
 
@@ -1103,7 +1139,9 @@ def cmd_status(args: argparse.Namespace) -> int:
 
     queue = _open(args)
     try:
-        st = admin.status(queue, unclaimed_after=args.unclaimed_after)
+        st = admin.status(
+            queue, unclaimed_after=args.unclaimed_after, empty_after=args.empty_after
+        )
         if args.json:
             _print_json({"database": queue.database, "prefix": queue.prefix, **st.to_json()})
         else:
@@ -1348,6 +1386,20 @@ def cmd_cancel(args: argparse.Namespace) -> int:
         )
     else:
         _say(f"job {args.id} cancelled ({result.before} -> {result.after})")
+    return 0
+
+
+def cmd_close(args: argparse.Namespace) -> int:
+    queue = _open(args)
+    try:
+        queue.close_container(args.id)
+        state = queue.get(args.id).state.value
+    finally:
+        queue.close()
+    if args.json:
+        _print_json({"id": args.id, "state": state})
+    else:
+        print(f"container {args.id} closed: {state}")
     return 0
 
 
@@ -1754,6 +1806,7 @@ COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "dag": cmd_dag,
     "retry": cmd_retry,
     "cancel": cmd_cancel,
+    "close": cmd_close,
     "prune": cmd_prune,
     "top": cmd_top,
     "dashboard": cmd_dashboard,

@@ -123,6 +123,12 @@ class JobNotFound(ReadyqError, LookupError):
     """No job has the given id."""
 
 
+class NotClosable(ReadyqError):
+    """``Queue.close_container`` was refused: the job is not a container, has ended, has
+    children that have not ended, or still waits for a dependency (the message says
+    which, and what to do). Nothing was changed."""
+
+
 class LeaseLost(ReadyqError):
     """The worker no longer holds the lease of its job.
 

@@ -15,7 +15,9 @@ class JobState(str, Enum):
 
     ``waiting`` → ``ready`` → ``leased`` → ``running`` → ``done`` | ``failed``; a job can
     also end ``cancelled`` or ``upstream_failed`` (a job it depends on ended badly).
-    Containers are ``active`` until their last child ends, then ``done`` or ``failed``.
+    Containers are ``active`` until their last child ends, then ``done`` or ``failed``;
+    their own dependencies end them like a job's (``upstream_failed``, or ``done`` when
+    the last one is done and they have no children).
     """
 
     WAITING = "waiting"

@@ -25,6 +25,7 @@ from readyq.engines import (
 from readyq.errors import (
     ConfigurationError,
     DependencyNotFound,
+    InvalidFilter,
     InvalidJobOption,
     InvalidParent,
     InvalidRateLimit,
@@ -45,7 +46,7 @@ from readyq.planning.backoff import DEFAULT_RETRY_BASE, DEFAULT_RETRY_MAX
 from readyq.planning.caps import Limits
 from readyq.planning.dag import insertion_order
 from readyq.rate_limits import RateLimit
-from readyq.reports import JobPage
+from readyq.reports import JobPage, StuckJob
 from readyq.resources import Resource, check_uses, define
 from readyq.resources import encode as encode_uses
 from readyq.schema import (
@@ -764,7 +765,10 @@ class Queue:
 
         It rolls up to ``done`` when every child ended done, else ``failed``. Containers
         nest, and other jobs may depend on a container. Its ``depends_on`` applies to every
-        child. A container with no children stays ``active``.
+        child, and ends the container as it would a job: ``upstream_failed`` when one
+        ends badly (it is born so if one already has), and ``done`` when the last one
+        ends done while the container has no children. A container with neither children
+        nor unfinished dependencies stays ``active``, waiting for children.
         """
         job = self._build(
             type, args, group=group, weight=weight, priority=0, depends_on=depends_on,
@@ -940,6 +944,51 @@ class Queue:
         """
         self.check_open()
         return self.store.cancel(_job_id(job_id, "job id"))
+
+    def close_container(self, job_id: int) -> None:
+        """End an empty container ``done``, as if its last child had ended done.
+
+        For a container enqueued without unfinished dependencies that will get no
+        children: it would otherwise stay ``active`` (see :meth:`enqueue_container`), and
+        its dependents waiting. Its dependents follow as after any ``done``. Raises
+        :class:`readyq.NotClosable`, changing nothing, for a job that is not a container
+        or has ended, a container with children that have not ended (it ends when they
+        do), and one that still waits for a dependency (it ends by itself when that is
+        done; one whose dependency ended badly is ended or revived with that job);
+        :class:`readyq.JobNotFound` for an unknown id.
+        """
+        self.check_open()
+        self.store.close_container(_job_id(job_id, "job id"))
+
+    def stuck(
+        self, *, empty_after: float | timedelta = 60.0, limit: int = 100
+    ) -> list[StuckJob]:
+        """What cannot progress on its own, in id order, at most ``limit`` (1 to 1,000):
+
+        * a waiting job or an open container that a job it depends on ended badly
+          without ending (``upstream_ended``; a database written by an earlier readyq,
+          or edited by hand);
+        * one whose count of unfinished dependencies disagrees with its dependencies
+          (``pending_mismatch``);
+        * a container with no child and nothing to wait for, unchanged for
+          ``empty_after`` (a number of seconds or a timedelta; ``empty_container``): it
+          waits for children nobody may add.
+
+        Each :class:`readyq.StuckJob` says why and what to do. A ready job is never
+        stuck, even with a ``run_after`` in the future; one of a type no worker handles
+        cannot be told from here (there is no registry of workers): ``readyq status``
+        names the types whose runnable jobs wait with none in flight. The read is
+        bounded: at most 10,000 waiting jobs and as many open containers are looked at,
+        through their indexes. Raises :class:`readyq.InvalidFilter` for a bad
+        ``empty_after`` or ``limit``.
+        """
+        self.check_open()
+        try:
+            seconds = _seconds(empty_after, "empty_after", allow_zero=True)
+        except InvalidJobOption as exc:
+            raise InvalidFilter(str(exc)) from None
+        assert seconds is not None
+        return self.store.stuck(empty_after=seconds, limit=check_limit(limit))
 
     def counts(self) -> dict[str, int]:
         """Number of jobs in each state."""

@@ -25,6 +25,17 @@ def round3(value: float | None) -> float | None:
     return None if value is None else round(value, 3)
 
 
+def duration_text(seconds: float) -> str:
+    """A duration as a short text: 45s, 12m, 5.5h, 3d."""
+    if seconds < 120:
+        return f"{seconds:.0f}s"
+    if seconds < 7200:
+        return f"{seconds / 60:.0f}m"
+    if seconds < 172_800:
+        return f"{seconds / 3600:.1f}h"
+    return f"{seconds / 86_400:.0f}d"
+
+
 def ordered_states(counts: dict[str, int]) -> dict[str, int]:
     known = [s for s in STATE_ORDER if s in counts]
     other = sorted(s for s in counts if s not in STATE_ORDER)
@@ -94,6 +105,54 @@ class UnclaimedType:
 
 
 @dataclass(frozen=True)
+class StuckJob:
+    """A job or container that cannot progress on its own, as ``Queue.stuck()`` finds it.
+
+    ``reason``:
+
+    * ``"upstream_ended"``: it waits although a job it depends on (``cause``, which
+      ended ``cause_state``) ended badly, which should have ended it
+      ``upstream_failed``: a database written by an earlier readyq, or edited by hand;
+    * ``"pending_mismatch"``: its count of unfinished dependencies (``pending_deps``)
+      disagrees with its dependencies (``unfinished`` of them are not done), so it is
+      released never, or too early;
+    * ``"empty_container"``: a container with no child and no dependency to wait for,
+      unchanged for ``age`` seconds: it waits for children nobody may add.
+
+    ``detail`` says it in a sentence, and ``hint`` what to do. ``since`` is the row's
+    last change (epoch seconds, database clock). ``blocks`` counts the jobs and
+    containers that have not ended and depend on it directly: they wait for it, and are
+    not listed themselves.
+    """
+
+    id: int
+    type: str
+    state: str
+    is_container: bool
+    group: str
+    reason: str
+    detail: str
+    hint: str
+    since: float
+    age: float
+    pending_deps: int
+    unfinished: int
+    blocks: int = 0
+    cause: int | None = None
+    cause_state: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "id": self.id, "type": self.type, "state": self.state,
+            "is_container": self.is_container, "group": self.group, "reason": self.reason,
+            "detail": self.detail, "hint": self.hint, "since": iso(self.since),
+            "age_seconds": round3(self.age), "pending_deps": self.pending_deps,
+            "unfinished": self.unfinished, "blocks": self.blocks, "cause": self.cause,
+            "cause_state": self.cause_state,
+        }
+
+
+@dataclass(frozen=True)
 class Status:
     """A snapshot of the queue, read in one pass with the database's clock."""
 
@@ -107,6 +166,7 @@ class Status:
     workers: list[WorkerSeen]
     unclaimed_types: list[UnclaimedType] = field(default_factory=list)
     resources: list[ResourceStats] = field(default_factory=list)
+    stuck: list[StuckJob] = field(default_factory=list)
 
     @property
     def total(self) -> int:
@@ -126,6 +186,7 @@ class Status:
             "workers": [w.to_json() for w in self.workers],
             "unclaimed_types": [u.to_json() for u in self.unclaimed_types],
             "resources": [resource_json(r) for r in self.resources],
+            "stuck": [s.to_json() for s in self.stuck],
         }
 
 

@@ -75,6 +75,11 @@ BAD_END_STATE_EXPRESSION = f"CASE WHEN {BAD_END} THEN state END"
 # MySQL and MariaDB, the type of such a job, else NULL, in an indexed virtual column.
 COSTED_READY = "state = 'ready' AND uses IS NOT NULL"
 COSTED_TYPE_EXPRESSION = f"CASE WHEN {COSTED_READY} THEN type END"
+# Containers that have not ended (migration readyq_0012): the report of what is stuck
+# reads them, and no claim or finish of a job writes to their index. On MySQL and
+# MariaDB, the type of such a container, else NULL, in an indexed virtual column.
+ACTIVE = "state = 'active'"
+ACTIVE_TYPE_EXPRESSION = f"CASE WHEN {ACTIVE} THEN type END"
 
 
 MAX_KEY_CHARS = 200
@@ -144,6 +149,11 @@ def bad_end_index_name(jobs_table: str) -> str:
 def costed_index_name(jobs_table: str) -> str:
     """The index of ready jobs with costs of their own, by type (migration readyq_0011)."""
     return f"{jobs_table}_costed_ready_ix"
+
+
+def active_index_name(jobs_table: str) -> str:
+    """The index of containers that have not ended, by type (migration readyq_0012)."""
+    return f"{jobs_table}_active_type_ix"
 
 
 def live_key_index_name(prefix: str) -> str:
@@ -220,8 +230,9 @@ class TableTraits:
 
     ``partial_indexes``: the ready, in-flight, waiting and live-key indexes are partial.
     Without them (MySQL, MariaDB) the jobs table has the generated columns
-    ``live_unique_key``, ``waiting_type``, ``ready_type``, ``bad_end_state`` and
-    ``costed_type`` that stand in for them, and reads name those columns.
+    ``live_unique_key``, ``waiting_type``, ``ready_type``, ``bad_end_state``,
+    ``costed_type`` and ``active_type`` that stand in for them, and reads name those
+    columns.
 
     ``type_test``: when set, reads of the ready jobs of some types test the type with it
     (rather than ``IN``) and order by the type first: how PostgreSQL's planner is held to
@@ -442,6 +453,21 @@ def build_tables(prefix: str = DEFAULT_PREFIX, traits: TableTraits = TableTraits
             jobs.c.type,
             postgresql_where=sa.text(COSTED_READY),
             sqlite_where=sa.text(COSTED_READY),
+        )
+    # Containers that have not ended, by type (see ACTIVE). Last, where readyq_0012 adds
+    # it.
+    if generated:
+        active_type = sa.Column(
+            "active_type", Key, sa.Computed(ACTIVE_TYPE_EXPRESSION, persisted=False)
+        )
+        jobs.append_column(active_type)
+        sa.Index(active_index_name(jobs.name), active_type)
+    else:
+        sa.Index(
+            active_index_name(jobs.name),
+            jobs.c.type,
+            postgresql_where=sa.text(ACTIVE),
+            sqlite_where=sa.text(ACTIVE),
         )
 
     deps = sa.Table(

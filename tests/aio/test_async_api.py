@@ -138,6 +138,35 @@ def test_retries_then_fails(api: Api) -> None:
     assert api.get(dep).state is JobState.UPSTREAM_FAILED
 
 
+def test_containers_follow_their_dependency_and_stuck_ones_are_seen_and_closed(
+    api: Api,
+) -> None:
+    @api.handler("a", max_attempts=1)
+    async def a(job: readyq.Job) -> None:
+        raise RuntimeError("a failed")
+
+    @api.handler("b")
+    def b(job: readyq.Job) -> None:
+        return None
+
+    first = api.enqueue("a", {})
+    box = api.call(api.q.enqueue_container, "fanout", depends_on=[first])
+    after = api.enqueue("b", {}, depends_on=[box])
+    api.run()
+    assert [api.get(i).state for i in (box, after)] == [JobState.UPSTREAM_FAILED] * 2
+
+    empty = api.call(api.q.enqueue_container, "open")
+    later = api.enqueue("b", {}, depends_on=[empty])
+    [stuck] = api.call(api.q.stuck, empty_after=0)
+    assert (stuck.id, stuck.reason, stuck.blocks) == (empty, "empty_container", 1)
+    with pytest.raises(readyq.NotClosable, match=f"job {later} is not a container"):
+        api.call(api.q.close_container, later)
+    api.call(api.q.close_container, empty)
+    assert api.call(api.q.stuck, empty_after=0) == []
+    api.run()
+    assert [api.get(i).state for i in (empty, later)] == [JobState.DONE] * 2
+
+
 def test_a_stale_finish_is_fenced_out(api: Api) -> None:
     @api.handler("t")
     def t(job: readyq.Job) -> None:

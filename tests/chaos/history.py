@@ -46,6 +46,14 @@ refutes the invariants over them, offline:
     handler start take the units held by handlers running under live leases past it. A
     capacity is fixed, or steps over time; a lowered capacity stops nothing that runs,
     so only what starts is judged.
+``progress``
+    every job eventually ends or is runnable (from the jobs table, at whatever point the
+    run stopped): a ``ready`` job is runnable, or held by a future ``run_after`` (or a
+    pause); a ``leased`` or ``running`` one ends through its handler or its lease; a
+    ``waiting`` job must have no dependency that ended badly and unfinished dependencies
+    that each progress; an ``active`` container likewise, with unfinished dependencies or
+    children that each progress. A waiting job whose dependencies are all done, or that
+    waits for a failed one, and a container with nothing left to wait for, never move.
 
 This module is imported by the worker processes too, so it does not import pytest.
 """
@@ -70,6 +78,7 @@ TABLE = "chaos_history"
 WORKER_EVENTS = ("start", "end", "lease_lost", "fenced")
 IN_FLIGHT = ("leased", "running")
 TERMINAL = ("done", "failed", "cancelled", "upstream_failed")
+BAD = TERMINAL[1:]
 RECLAIM_NOTES = ("lease expired", "timed out")
 
 metadata = sa.MetaData()
@@ -284,7 +293,8 @@ def classify(old: str | None, new: str, note: str | None, attempt: int | None,
             return ("reclaim", "cancelled") if reclaimed else ("finalize", "cancel")
     if old == "waiting" and new == "ready":
         return "unblocked", None
-    if old == "waiting" and new == "upstream_failed":
+    if old in ("waiting", "active") and new == "upstream_failed":
+        # A job, or a container ended by its own dependencies.
         return "upstream_failed", None
     if old in ("waiting", "ready") and new == "cancelled":
         return "cancel", None
@@ -355,7 +365,9 @@ def read_jobs(queue: readyq.Queue) -> dict[int, JobFacts]:
 # -- the checker --------------------------------------------------------------------------
 
 
-INVARIANTS = ("overlap", "finalize", "terminal", "duplicates", "deps", "cap", "resources")
+INVARIANTS = (
+    "overlap", "finalize", "terminal", "duplicates", "deps", "cap", "resources", "progress",
+)
 
 
 @dataclass
@@ -450,6 +462,68 @@ def over_capacity(
             found.append(f"{name}: job {job} took {units} at {at:.6f}: {held} held by "
                          f"{what}, capacity {cap}")
     return peak, found
+
+
+def never_progress(jobs: Mapping[int, JobFacts]) -> dict[int, str]:
+    """The jobs of ``jobs`` that can neither end nor run on their own, each with why
+    (the ``progress`` invariant). Walked without recursion: chains run long."""
+    children: dict[int, list[int]] = defaultdict(list)
+    for f in jobs.values():
+        if f.parent_id is not None:
+            children[f.parent_id].append(f.id)
+
+    def waits_for(f: JobFacts) -> list[int]:
+        out = [d for d in f.deps if d in jobs and jobs[d].state != "done"]
+        if f.state == "active":
+            out += [k for k in children[f.id] if jobs[k].state not in TERMINAL]
+        return out
+
+    def own_reason(f: JobFacts) -> str | None:
+        """Why ``f`` is stuck whatever it waits for, or None."""
+        bad = [d for d in f.deps if d in jobs and jobs[d].state in BAD]
+        if bad:
+            return f"it waits although its dependency {bad[0]} ended {jobs[bad[0]].state}"
+        if f.state not in ("waiting", "active"):
+            return f"its state {f.state!r} is not one readyq makes"
+        if not waits_for(f):
+            return ("it has no unfinished child and no unfinished dependency"
+                    if f.state == "active" else "its dependencies are all done")
+        return None
+
+    verdict: dict[int, str | None] = {}  # None: it progresses
+    for root in sorted(jobs):
+        stack = [root]
+        open_: set[int] = set()
+        while stack:
+            job = stack[-1]
+            f = jobs[job]
+            if job in verdict:
+                stack.pop()
+                continue
+            if f.state in TERMINAL or f.state in ("ready", *IN_FLIGHT):
+                verdict[job] = None
+                stack.pop()
+                continue
+            reason = own_reason(f)
+            if reason is not None:
+                verdict[job] = reason
+                stack.pop()
+                continue
+            pending = [w for w in waits_for(f) if w not in verdict]
+            if pending and job not in open_:
+                open_.add(job)
+                for w in pending:
+                    if w in open_:
+                        verdict[w] = f"it waits for itself through job {job}"
+                    else:
+                        stack.append(w)
+                continue
+            stuck = [w for w in waits_for(f) if verdict.get(w) is not None]
+            verdict[job] = (f"it waits for job {stuck[0]}, which can never progress"
+                            if stuck else None)
+            open_.discard(job)
+            stack.pop()
+    return {job: reason for job, reason in sorted(verdict.items()) if reason is not None}
 
 
 LEASE_ENDS = ("finalize", "reclaim")
@@ -696,6 +770,12 @@ def check(
             if facts.state not in TERMINAL:
                 rep.add("terminal", f"job {job} is still {facts.state}")
 
+    # -- every job ends or is runnable
+    stuck = never_progress(jobs) if jobs is not None else {}
+    for job, reason in stuck.items():
+        rep.add("progress", f"job {job} ({jobs[job].state}) can never progress: "  # type: ignore[index]
+                f"{reason}")
+
     # -- dependencies
     if jobs is not None:
         for job, facts in sorted(jobs.items()):
@@ -780,6 +860,7 @@ def check(
         worst_claim_to_terminal=max(latency, default=0.0),
         worst_reclaim_delay=max(reclaim_delays, default=0.0),
         lost=sum(1 for f in (jobs or {}).values() if f.state not in TERMINAL),
+        never_progress=len(stuck),
         double_finalized=sum(
             1 for evs in by_job.values() if sum(1 for e in evs if _is_terminal_event(e)) > 1
         ),

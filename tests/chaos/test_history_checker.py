@@ -328,6 +328,8 @@ def test_a_start_after_its_lease_ended_is_stale_not_a_duplicate() -> None:
          ("upstream_failed", None)),
         ("ready", "cancelled", "cancelled", 0, 0, ("cancel", None)),
         ("active", "done", None, 0, 0, ("rollup", "done")),
+        ("active", "upstream_failed", "dependency 1 ended failed", 0, 0,
+         ("upstream_failed", None)),
         ("failed", "running", None, 1, 1, ("illegal", "failed>running")),
     ],
 )
@@ -336,3 +338,63 @@ def test_transitions_are_classified(
     expected: tuple[str, str | None],
 ) -> None:
     assert classify(old, new, note, attempt, old_attempt) == expected
+
+
+def fact(job: int, state: str, *, deps: tuple[int, ...] = (), parent: int | None = None,
+         container: bool = False) -> tuple[int, JobFacts]:
+    return job, JobFacts(id=job, state=state, deps=deps, parent_id=parent,
+                         is_container=container)
+
+
+def test_a_job_that_can_never_progress_is_caught() -> None:
+    """The graph of issue 44's item 16 as an earlier readyq left it (a container left
+    active after its dependency failed, and a job waiting on it), with the other ways to
+    be stuck: a waiting job whose dependencies are all done, an empty container nobody
+    closes, and a job waiting only on stuck ones."""
+    jobs = dict([
+        fact(1, "failed"),
+        fact(100, "active", deps=(1,), container=True),  # the container left active
+        fact(3, "waiting", deps=(100,)),                 # waits on it
+        fact(4, "done"),
+        fact(5, "waiting", deps=(4,)),                   # its release never came
+        fact(101, "active", container=True),             # empty, nobody closes it
+        fact(6, "waiting", deps=(5, 7)),                 # one of its dependencies is stuck
+        fact(7, "running"),
+    ])
+    rep = check([], jobs)
+    assert flagged(rep) == {"terminal", "progress"}, rep.summary()
+    found = {m.split(" ")[1]: m for m in rep.violations["progress"]}
+    assert set(found) == {"100", "3", "5", "101", "6"}
+    assert "its dependency 1 ended failed" in found["100"]
+    assert "it waits for job 100, which can never progress" in found["3"]
+    assert "its dependencies are all done" in found["5"]
+    assert "no unfinished child and no unfinished dependency" in found["101"]
+    assert "it waits for job 5" in found["6"]
+    assert rep.figures["never_progress"] == 5
+
+
+def test_what_will_end_or_run_passes_the_progress_check() -> None:
+    """A run stopped midway: jobs ready (one deferred by run_after, or paused: ready all
+    the same), running, waiting on those, a container with a waiting child, a container
+    waiting for its dependency; and issue 44's graph as readyq now leaves it."""
+    jobs = dict([
+        fact(1, "ready"),
+        fact(2, "running"),
+        fact(3, "waiting", deps=(1, 2)),
+        fact(100, "active", container=True),
+        fact(4, "waiting", deps=(3,), parent=100),
+        fact(101, "active", deps=(2,), container=True),  # empty: ends done with job 2
+        fact(5, "waiting", deps=(101,)),
+        fact(6, "failed"),
+        fact(102, "upstream_failed", deps=(6,), container=True),
+        fact(7, "upstream_failed", deps=(102,)),
+    ])
+    rep = check([], jobs)
+    assert rep.violations["progress"] == [], rep.summary()
+    assert flagged(rep) == {"terminal"}
+    # A chain longer than Python's recursion limit is walked all the same.
+    chain = dict([fact(1, "done"), fact(2, "waiting", deps=(1,))]
+                 + [fact(i, "waiting", deps=(i - 1,)) for i in range(3, 5000)])
+    rep = check([], chain)
+    assert len(rep.violations["progress"]) == 4998
+    assert "its dependencies are all done" in rep.violations["progress"][0]

@@ -140,3 +140,29 @@ def test_retry_inside_nested_containers_reopens_each_level(migrated: Run, mq: re
     broken["on"] = False
     run_until_idle(mq)
     assert [mq.get(i).state for i in (bad, inner, outer, after)] == [JobState.DONE] * 4
+
+
+def test_close_ends_an_empty_container_and_refuses_the_rest(
+    migrated: Run, mq: readyq.Queue
+) -> None:
+    cli = migrated
+    box = mq.enqueue_container("batch")
+    after = mq.enqueue("step", {}, depends_on=[box])
+    full = mq.enqueue_container("batch")
+    mq.enqueue("step", {}, parent=full)
+
+    refused = cli("close", str(full))
+    assert refused.code == 1 and refused.one_line_error
+    assert f"container {full} has 1 child job(s) that have not ended" in refused.err
+    missing = cli("close", "99999")
+    assert missing.code == 1 and "no job with id 99999" in missing.err
+    assert mq.get(full).state is JobState.ACTIVE
+
+    done = cli("close", str(box))
+    assert done.code == 0, done.err
+    assert done.out == f"container {box} closed: done\n"
+    assert mq.get(after).state is JobState.READY
+    again = cli("close", str(box), "--json")
+    assert again.code == 1 and "has already ended (done)" in again.err
+    other = mq.enqueue_container("batch")
+    assert cli("close", str(other), "--json").json() == {"id": other, "state": "done"}

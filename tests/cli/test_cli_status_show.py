@@ -112,3 +112,23 @@ def test_show_fields_dependencies_dependents_and_the_error(migrated: Run, mq: re
     missing = cli("show", "424242")
     assert missing.one_line_error and missing.code == 1
     assert missing.err == "readyq: no job with id 424242\n"
+
+
+def test_status_shows_what_is_stuck_with_what_to_do(migrated: Run, mq: readyq.Queue) -> None:
+    cli = migrated
+    box = mq.enqueue_container("open")
+    mq.enqueue("later", {}, depends_on=[box])
+
+    calm = cli("status", "--json").json()
+    assert calm["stuck"] == []  # empty for less than the default minute
+    assert "stuck" not in cli("status").out.lower()
+
+    st = cli("status", "--empty-after", "0", "--json").json()
+    [found] = st["stuck"]
+    assert found["id"] == box and found["reason"] == "empty_container"
+    assert found["state"] == "active" and found["blocks"] == 1
+    text = cli("status", "--empty-after", "0")
+    assert text.code == 0
+    for expected in ("0 runnable now, 1 stuck", "Stuck: these cannot progress on their own",
+                     "no child and nothing to wait for", f"readyq close {box}"):
+        assert expected in text.out, expected

@@ -19,6 +19,7 @@ import sqlalchemy as sa
 import readyq
 from readyq.dialects import (
     ClaimRequest,
+    Dependents,
     Dialect,
     Notifies,
     Progress,
@@ -59,8 +60,8 @@ class Seam:
 
     def add(self, n: int = 1, *, group: str = "g", type: str = "t", weight: int = 1,
             state: JobState = JobState.READY, pending: int = 0, priority: int = 0,
-            uses: str | None = None) -> list[int]:
-        job = NewJob(type, "{}", group, weight, priority, uses=uses)
+            uses: str | None = None, container: bool = False) -> list[int]:
+        job = NewJob(type, "{}", group, weight, priority, uses=uses, is_container=container)
         rows = [row_values(job, state, pending, None, None, 0) for _ in range(n)]
         return self.d.insert_job_rows(self.conn, self.t, rows, self.now)
 
@@ -147,11 +148,13 @@ def test_insert_edges_and_dependents_of(seam: Seam) -> None:
     many = seam.add(30, state=JobState.WAITING, pending=2)
     seam.d.insert_edges(seam.conn, seam.t, [{"job_id": c, "depends_on_id": a}])
     # 60 edges: PostgreSQL inserts 50 or more its own way.
+    box = seam.add(1, state=JobState.ACTIVE, pending=1, container=True)[0]
     seam.d.insert_edges(seam.conn, seam.t, [{"job_id": x, "depends_on_id": y}
                                             for x in many for y in (a, b)])
-    assert seam.d.dependents_of(seam.conn, seam.t, [a, b]) == Counter(
-        {c: 1, **{x: 2 for x in many}})
-    assert seam.d.dependents_of(seam.conn, seam.t, [c]) == Counter()
+    seam.d.insert_edges(seam.conn, seam.t, [{"job_id": box, "depends_on_id": b}])
+    assert seam.d.dependents_of(seam.conn, seam.t, [a, b]) == Dependents(
+        Counter({c: 1, box: 1, **{x: 2 for x in many}}), frozenset({box}))
+    assert seam.d.dependents_of(seam.conn, seam.t, [c]) == Dependents(Counter(), frozenset())
 
 
 def test_release_dependents_counts_down_and_readies_at_zero(seam: Seam) -> None:
@@ -421,13 +424,16 @@ def test_hand_back_puts_jobs_back_uncharged(seam: Seam) -> None:
 def test_mark_done_fences_each_row_and_reads_the_dependents(seam: Seam) -> None:
     a, b = seam.add(2)
     dependent = seam.add(1, state=JobState.WAITING, pending=2)[0]
+    box = seam.add(1, state=JobState.ACTIVE, pending=1, container=True)[0]
     seam.d.insert_edges(seam.conn, seam.t, [{"job_id": dependent, "depends_on_id": x}
                                             for x in (a, b)])
+    seam.d.insert_edges(seam.conn, seam.t, [{"job_id": box, "depends_on_id": a}])
     ca, cb = seam.claim(2)
     marked = seam.d.mark_done(seam.conn, seam.t, OWNER,
                               [(ca.id, ca.lease_token, json.dumps({"r": 1})),
                                (cb.id, cb.lease_token, "null")], seam.now)
-    assert marked.marked == 2 and marked.dependents == Counter({dependent: 2})
+    assert marked.marked == 2
+    assert marked.dependents == Dependents(Counter({dependent: 2, box: 1}), frozenset({box}))
     assert seam.row(a).state == "done" and json.loads(seam.row(a).result) == {"r": 1}
     again = seam.d.mark_done(seam.conn, seam.t, OWNER, [(ca.id, ca.lease_token, "1")],
                              seam.now)

@@ -265,7 +265,7 @@ def test_container_depends_on_is_inherited_by_children(
     assert queue.get(queue.enqueue("work", parent=box2)).state is JobState.READY
 
 
-def test_container_dependency_failure_fails_children_and_container(
+def test_container_dependency_failure_ends_children_and_container_upstream_failed(
     queue: readyq.Queue, timeline: Timeline
 ) -> None:
     bad = queue.enqueue("boom")
@@ -278,9 +278,10 @@ def test_container_dependency_failure_fails_children_and_container(
         info = queue.get(child)
         assert info.state is JobState.UPSTREAM_FAILED
         assert info.error == f"dependency {bad} ended failed"
-    assert queue.get(box).state is JobState.FAILED
-    # A child added to a still-open container whose dependency failed is born
-    # upstream_failed; here the container has already rolled up, so it is refused.
+    # The container's own dependency ended it, as it ends a job.
+    info = queue.get(box)
+    assert info.state is JobState.UPSTREAM_FAILED
+    assert info.error == f"dependency {bad} ended failed"
     with pytest.raises(readyq.InvalidParent):
         queue.enqueue("work", parent=box)
 

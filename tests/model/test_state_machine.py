@@ -27,6 +27,10 @@ attempts never above max_attempts nor above the lease token, tokens never going 
 in-flight states carry a lease (running: started_at too), other states none; waiting
 means pending dependencies, ready means every dependency done; an active container
 has unfinished children or none at all; fenced writes report lost and change nothing.
+
+Containers' dependencies propagate as jobs' do: one that ends badly ends the container
+``upstream_failed``, and the last one ending done ends a container without children
+``done`` (one enqueued with none unfinished stays ``active``).
 """
 
 from __future__ import annotations
@@ -315,13 +319,22 @@ class QueueModel(RuleBasedStateMachine):
             wave, work = work, []
             done = {i for i, s in wave if s == "done"}
             bad = {i: s for i, s in wave if s != "done"}
+            emptied = []
             for m in self.jobs.values():
                 n = len(m.deps & done)
                 if n:
                     if m.state == "waiting" and m.pending <= n:
                         m.state = "ready"
                     m.pending -= n
-            hit = [m for m in self.jobs.values() if m.state == "waiting" and m.deps & set(bad)]
+                    # A container without children ends done with its last dependency.
+                    if m.state == "active" and m.pending <= 0 and m.open_children == 0:
+                        emptied.append(m)
+            for m in sorted(emptied, key=lambda m: m.id):
+                self.end(m, "done", None)
+                work.append((m.id, "done"))
+            # A dependency that ended badly ends jobs and containers alike.
+            hit = [m for m in self.jobs.values()
+                   if m.state in ("waiting", "active") and m.deps & set(bad)]
             for m in sorted(hit, key=lambda m: m.id):
                 names = m.deps & set(bad)
 
@@ -413,10 +426,10 @@ class QueueModel(RuleBasedStateMachine):
             return
         jid = self.step("enqueue", lambda: self.store.enqueue(new))
         pending = sum(1 for s in states.values() if s != "done")
-        if is_container:
-            state = "active"
-        elif bad:
+        if bad:
             state = "upstream_failed"
+        elif is_container:
+            state = "active"
         elif pending:
             state = "waiting"
         else:

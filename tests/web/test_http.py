@@ -375,3 +375,23 @@ def test_the_overview_names_the_types_no_worker_seems_to_run(
     assert 'id="unclaimed-types"' in page and "No worker seems to run job type" in page
     assert "<script>alert" not in page  # the type, user data, escaped
     assert_secure(client.get("/"))
+
+
+def test_the_overview_and_its_api_list_what_is_stuck(
+    client: TestClient, queue: readyq.Queue
+) -> None:
+    box = queue.enqueue_container(HOSTILE)
+    after = queue.enqueue("later", {}, depends_on=[box])
+    assert 'id="stuck"' not in client.get("/").text  # empty for less than a minute
+    assert client.get("/api/overview").json()["stuck"] == []
+    queue.store.clock_offset = 120
+    page = client.get("/").text
+    assert 'id="stuck"' in page and "1 job(s) cannot progress on their own" in page
+    assert f'<tr data-job-id="{box}" data-reason="empty_container">' in page
+    assert f"readyq close {box}" in page
+    assert "<script>alert" not in page  # the container's type, user data, escaped
+    [found] = client.get("/api/overview").json()["stuck"]
+    assert found["id"] == box and found["reason"] == "empty_container" and found["blocks"] == 1
+    queue.close_container(box)
+    assert 'id="stuck"' not in client.get("/").text
+    assert queue.get(after).state is JobState.READY

@@ -39,7 +39,7 @@ from readyq.queue import (
     queue_duration,
 )
 from readyq.rate_limits import RateLimit
-from readyq.reports import JobPage
+from readyq.reports import JobPage, StuckJob
 from readyq.resources import Resource
 from readyq.schema import DEFAULT_PREFIX
 from readyq.worker import WorkerStats
@@ -308,6 +308,18 @@ class AsyncQueue:
     async def cancel(self, job_id: int) -> bool:
         """See :meth:`readyq.Queue.cancel`."""
         return await greenlet_spawn(self._queue.cancel, job_id)
+
+    async def close_container(self, job_id: int) -> None:
+        """See :meth:`readyq.Queue.close_container`."""
+        await greenlet_spawn(self._queue.close_container, job_id)
+
+    async def stuck(
+        self, *, empty_after: float | timedelta = 60.0, limit: int = 100
+    ) -> list[StuckJob]:
+        """See :meth:`readyq.Queue.stuck`."""
+        return await greenlet_spawn(
+            self._queue.stuck, empty_after=empty_after, limit=limit
+        )
 
     async def counts(self) -> dict[str, int]:
         """See :meth:`readyq.Queue.counts`."""

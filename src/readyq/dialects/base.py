@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections import Counter
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import partial
 from typing import Any, ClassVar, NamedTuple, Protocol, TypeVar, runtime_checkable
@@ -122,12 +122,35 @@ class ClaimReceipt(NamedTuple):
     read: Callable[[], list[ClaimedJob]]
 
 
+class Dependents(NamedTuple):
+    """The dependents of some jobs: ``edges`` maps each dependent's id to its edges from
+    those jobs; ``containers`` holds the dependents that are containers, whose end a
+    release may decide (see :func:`readyq.store.graph.propagate`)."""
+
+    edges: Counter[int]
+    containers: frozenset[int] = frozenset()
+
+
 class MarkedDone(NamedTuple):
     """What :meth:`Dialect.mark_done` did: ``marked`` rows and, when that is the whole
-    batch, the batch's dependents (dependent id -> edges from the batch)."""
+    batch, the batch's dependents."""
 
     marked: int
-    dependents: Counter[int] | None
+    dependents: Dependents | None
+
+
+def dependents_from(rows: Iterable[Any]) -> Dependents:
+    """:class:`Dependents` from (dependent id, is_container) rows, one per edge; rows
+    without a dependent (an outer join's) are skipped."""
+    edges: Counter[int] = Counter()
+    boxes: set[int] = set()
+    for dependent, is_container in rows:
+        if dependent is None:
+            continue
+        edges[int(dependent)] += 1
+        if is_container:
+            boxes.add(int(dependent))
+    return Dependents(edges, frozenset(boxes))
 
 
 class Progress(NamedTuple):
@@ -397,14 +420,17 @@ class Dialect(ABC):
 
     # -- the dependency graph -----------------------------------------------------------
 
-    def dependents_of(self, conn: Connection, t: Tables, ids: Sequence[int]) -> Counter[int]:
-        """The dependents of ``ids``: dependent id -> edges from ``ids``."""
-        d = t.deps
+    def dependents_of(self, conn: Connection, t: Tables, ids: Sequence[int]) -> Dependents:
+        """The dependents of ``ids``, each with its edges from ``ids`` and whether it is
+        a container (read in the same statement, by primary key)."""
+        d, j = t.deps, t.jobs
         stmt = self.cached(
             ("dependents", d.name),
-            lambda: sa.select(d.c.job_id).where(self._ids_in(d.c.depends_on_id, "ids")),
+            lambda: sa.select(d.c.job_id, j.c.is_container)
+            .select_from(d.join(j, j.c.id == d.c.job_id))
+            .where(self._ids_in(d.c.depends_on_id, "ids")),
         )
-        return Counter(self.execute(conn, stmt, {"ids": list(ids)}).scalars())
+        return dependents_from(self.execute(conn, stmt, {"ids": list(ids)}))
 
     def release_dependents(
         self,

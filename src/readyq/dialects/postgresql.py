@@ -14,7 +14,6 @@ Deviations and limits:
 from __future__ import annotations
 
 import json
-from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from functools import partial
 from typing import Any, ClassVar, cast
@@ -38,6 +37,7 @@ from readyq.dialects.base import (
     claim_columns,
     claim_head,
     claimed_from_row,
+    dependents_from,
     done_values,
     lease_values,
     state_row,
@@ -402,25 +402,27 @@ class PostgresDialect(Dialect):
         rows: Sequence[tuple[int, int, str | None]],
         now: sa.ColumnElement[float],
     ) -> MarkedDone:
-        """The done UPDATE in a CTE, joined to the dependency edges of the rows it marked:
-        the dependents come back with it, in one round trip."""
+        """The done UPDATE in a CTE, joined to the dependency edges of the rows it marked
+        and to those dependents' rows (whether each is a container): the dependents come
+        back with it, in one round trip."""
         update, params = self._done_update(t, owner, rows, now)
 
         def build() -> sa.Select[Any]:
             d = t.deps
+            dependent = t.jobs.alias("dependent")
             marked = update.returning(t.jobs.c.id).cte("marked")
-            return sa.select(marked.c.id, d.c.job_id).select_from(
-                marked.outerjoin(d, d.c.depends_on_id == marked.c.id)
+            return sa.select(marked.c.id, d.c.job_id, dependent.c.is_container).select_from(
+                marked.outerjoin(d, d.c.depends_on_id == marked.c.id).outerjoin(
+                    dependent, dependent.c.id == d.c.job_id
+                )
             )
 
         stmt = self.cached(("mark_done", t.jobs.name), build)
-        ids: set[int] = set()
-        edges: Counter[int] = Counter()
-        for marked_id, dependent in conn.execute(stmt, params).all():
-            ids.add(marked_id)
-            if dependent is not None:
-                edges[int(dependent)] += 1
-        return MarkedDone(len(ids), edges if len(ids) == len(rows) else None)
+        found = conn.execute(stmt, params).all()
+        ids = {r[0] for r in found}
+        if len(ids) != len(rows):
+            return MarkedDone(len(ids), None)
+        return MarkedDone(len(ids), dependents_from((r[1], r[2]) for r in found))
 
     def insert_edges(self, conn: Connection, t: Tables, edges: list[dict[str, int]]) -> None:
         """One ``INSERT ... SELECT FROM unnest(:job_ids, :depends_on_ids)``, the arrays

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import sqlalchemy as sa
 
 from readyq.schema import Tables
+from readyq.sql.ready import active_containers
 
 
 def release_dependents(
@@ -34,4 +36,22 @@ def release_dependents(
             (j.c.pending_deps, j.c.pending_deps - n),
             (j.c.updated_at, now),
         )
+    )
+
+
+def empty_containers(t: Tables, before: float, limit: int) -> sa.Select[Any]:
+    """Containers that have not ended, with no child open and no dependency unfinished,
+    unchanged since ``before`` (epoch seconds), in id order, at most ``limit``: read
+    through the index of open containers (migration readyq_0012)."""
+    j = t.jobs
+    return (
+        sa.select(j.c.id, j.c.type, j.c.state, j.c.group_key, j.c.updated_at)
+        .where(
+            active_containers(t),
+            j.c.open_children <= 0,
+            j.c.pending_deps <= 0,
+            j.c.updated_at <= before,
+        )
+        .order_by(j.c.id)
+        .limit(limit)
     )

@@ -315,6 +315,15 @@ def waiting_of_types(t: Tables, types: Sequence[str] | None) -> sa.ColumnElement
     return waiting if types is None else sa.and_(waiting, values_in(j.c.type, types))
 
 
+def active_containers(t: Tables) -> sa.ColumnElement[bool]:
+    """Containers that have not ended, in the terms of the index that holds them
+    (migration readyq_0012): the generated column ``active_type`` on MySQL and MariaDB,
+    the partial index's ``state = 'active'`` elsewhere."""
+    if not t.traits.partial_indexes:
+        return t.jobs.c.active_type.is_not(None)
+    return state_in(t, "active")
+
+
 def costed_of_types(t: Tables, types: Sequence[str] | None) -> sa.ColumnElement[bool]:
     """Ready jobs (of ``types``) with costs of their own, in the terms of the index that
     holds them (migration readyq_0011): the generated column ``costed_type`` on MySQL and

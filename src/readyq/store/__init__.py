@@ -48,6 +48,7 @@ from readyq.reports import (
     PruneResult,
     RetryResult,
     Status,
+    StuckJob,
     WorkerReport,
 )
 from readyq.resources import decode as decode_uses
@@ -583,6 +584,16 @@ class Store:
         """Cancel a job; see ``Queue.cancel``."""
         return self.write(lambda conn: control.cancel(self.context, conn, job_id), what="cancel")
 
+    def close_container(self, job_id: int) -> None:
+        """End an empty container done; see ``Queue.close_container``."""
+        # Not run again after a COMMIT whose reply was lost: it would refuse the
+        # container it had just closed.
+        self.write(
+            lambda conn: control.close_container(self.context, conn, job_id),
+            idempotent=False,
+            what="close container",
+        )
+
     def retry(self, job_id: int, extra_attempts: int) -> RetryResult:
         """Revive a failed job and what failed because of it; see ``admin.retry``."""
         return self.write(
@@ -714,9 +725,17 @@ class Store:
         """Per group: claimable jobs, the longest wait among them, and jobs in flight."""
         return self.read(lambda conn: inspection.group_stats(self.context, conn))
 
-    def status(self, *, unclaimed_after: float = 60.0) -> Status:
+    def status(self, *, unclaimed_after: float = 60.0, empty_after: float = 60.0) -> Status:
         """A snapshot of the queue, read in one pass with the database's clock."""
-        return self.read(lambda conn: inspection.status(self.context, conn, unclaimed_after))
+        return self.read(
+            lambda conn: inspection.status(self.context, conn, unclaimed_after, empty_after)
+        )
+
+    def stuck(self, *, empty_after: float, limit: int) -> list[StuckJob]:
+        """What cannot progress on its own: see :func:`readyq.store.inspection.stuck`."""
+        return self.read(
+            lambda conn: inspection.stuck(self.context, conn, empty_after=empty_after, limit=limit)
+        )
 
     def job_detail(self, job_id: int) -> JobDetail:
         """Everything about one job: see :func:`readyq.store.inspection.job_detail`."""

@@ -14,7 +14,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
-from readyq.errors import JobNotFound, NotRetryable
+from readyq.errors import JobNotFound, NotClosable, NotRetryable
 from readyq.listing import JobFilter
 from readyq.model import BAD_ENDS, IN_FLIGHT_STATES, TERMINAL_STATES, UNFINISHED_STATES
 from readyq.reports import RetryResult
@@ -74,6 +74,69 @@ def cancel(ctx: StoreContext, conn: Connection, job_id: int) -> bool:
     return False
 
 
+def close_container(ctx: StoreContext, conn: Connection, job_id: int) -> None:
+    """End an empty container ``done``; see ``Queue.close_container``. Every row it
+    decides on is locked."""
+    t = ctx.tables
+    j, d = t.jobs, t.deps
+    row = conn.execute(
+        sa.select(j.c.state, j.c.is_container, j.c.parent_id, j.c.open_children)
+        .where(j.c.id == job_id)
+        .with_for_update()
+    ).first()
+    if row is None:
+        raise JobNotFound(f"no job with id {job_id}")
+    if not row.is_container:
+        raise NotClosable(f"job {job_id} is not a container")
+    if row.state != "active":
+        raise NotClosable(f"container {job_id} has already ended ({row.state})")
+    # Its children's and dependencies' states as they are, not its counters: a close may
+    # end a container whose counter went wrong, never one that has something to wait for.
+    live = int(conn.execute(
+        sa.select(sa.func.count()).where(j.c.parent_id == job_id, j.c.state.not_in(TERMINAL))
+    ).scalar_one())
+    if live:
+        raise NotClosable(
+            f"container {job_id} has {live} child job(s) that have not ended: it ends when "
+            "they do"
+        )
+    if row.open_children > 0:
+        raise NotClosable(
+            f"container {job_id} counts {row.open_children} open children though none is "
+            "unfinished (edited by hand?): cancel it instead"
+        )
+    ups = sorted(
+        int(x) for x in conn.execute(sa.select(d.c.depends_on_id).where(d.c.job_id == job_id))
+        .scalars()
+    )
+    states = {
+        int(r.id): r.state
+        for chunk in chunks(ups)
+        for r in conn.execute(
+            sa.select(j.c.id, j.c.state).where(j.c.id.in_(chunk)).with_for_update()
+        )
+    }
+    bad = [i for i in ups if states.get(i) in BAD_ENDS]
+    if bad:
+        raise NotClosable(
+            f"container {job_id} depends on job {bad[0]}, which ended {states[bad[0]]}: "
+            f"retry job {bad[0]} (the container ends done once it is), or cancel the container"
+        )
+    unfinished = [i for i in ups if states.get(i) != "done"]
+    if unfinished:
+        raise NotClosable(
+            f"container {job_id} still waits for {_jobs_phrase(unfinished)}: it ends done "
+            "by itself when they are, if it has no children by then"
+        )
+    conn.execute(
+        sa.update(j)
+        .where(j.c.id == job_id, j.c.state == "active")
+        .values(state="done", error=None, pending_deps=0, finished_at=ctx.now,
+                updated_at=ctx.now)
+    )
+    propagate(ctx, conn, [(job_id, "done", row.parent_id)])
+
+
 def retry(ctx: StoreContext, conn: Connection, job_id: int, extra: int) -> RetryResult:
     """Put a failed, cancelled or upstream_failed job back, with what failed because of
     it, in the open transaction; see :func:`readyq.admin.retry` for the rules. Every
@@ -118,6 +181,21 @@ def retry(ctx: StoreContext, conn: Connection, job_id: int, extra: int) -> Retry
             for e in edges:
                 dep_states[int(e.job_id)][int(e.depends_on_id)] = info[int(e.depends_on_id)].state
 
+    def refuse_upstream(i: int) -> None:
+        """Refuse a retry of ``i`` while a job it depends on ended badly, naming the job
+        whose retry revives it too."""
+        load_deps([i])
+        bad = sorted(dep for dep, state in dep_states[i].items() if state in BAD_ENDS)
+        if bad:
+            causes = _root_causes(ctx, conn, bad)
+            raise NotRetryable(
+                f"job {i} depends on job {bad[0]}, which ended {info[bad[0]].state}: "
+                f"retry {_jobs_phrase(causes)} instead; that revives this job too"
+            )
+
+    if row.is_container and row.state == "upstream_failed":
+        # Ended by its own dependencies, like a job: their retry revives it.
+        refuse_upstream(job_id)
     if row.is_container:
         roots = []
         frontier = [job_id]
@@ -135,14 +213,7 @@ def retry(ctx: StoreContext, conn: Connection, job_id: int, extra: int) -> Retry
             raise NotRetryable(f"container {job_id} holds no failed or cancelled job to retry")
     else:
         roots = [job_id]
-        load_deps(roots)
-        bad = sorted(dep for dep, state in dep_states[job_id].items() if state in BAD_ENDS)
-        if bad:
-            causes = _root_causes(ctx, conn, bad)
-            raise NotRetryable(
-                f"job {job_id} depends on job {bad[0]}, which ended {info[bad[0]].state}: "
-                f"retry {_jobs_phrase(causes)} instead; that revives this job too"
-            )
+        refuse_upstream(job_id)
 
     revived: dict[int, int] = {}  # job id -> unfinished dependencies
     reopened: list[int] = []
@@ -180,17 +251,22 @@ def retry(ctx: StoreContext, conn: Connection, job_id: int, extra: int) -> Retry
     wave = list(roots)
     while wave:
         load(wave)
-        load_deps(i for i in wave if not info[i].is_container)
+        load_deps(wave)
         admitted = []
         for i in sorted(set(wave)):
-            if i in revived or i in reopened or info[i].is_container:
+            if i in revived or i in reopened:
                 continue
             if i not in allowed and info[i].state != "upstream_failed":
                 continue
             if not admissible(i):
                 continue
-            revived[i] = sum(1 for s in dep_states[i].values() if s != "done")
-            order.append(i)
+            if info[i].is_container:
+                # Ended upstream_failed by its own dependencies: active again, with
+                # whatever of its children are revived (they depend on the same jobs).
+                reopened.append(i)
+            else:
+                revived[i] = sum(1 for s in dep_states[i].values() if s != "done")
+                order.append(i)
             admitted.append(i)
             admitted += reopen_parents(i)
         # Next wave: dependents of everything revived or reopened in this one.
@@ -249,12 +325,22 @@ def retry(ctx: StoreContext, conn: Connection, job_id: int, extra: int) -> Retry
                     updated_at=now,
                 )
             )
-    for chunk in chunks(reopened):
-        conn.execute(
-            sa.update(j)
-            .where(j.c.id.in_(chunk), j.c.state.in_(BAD_ENDS))
-            .values(state="active", error=None, finished_at=None, updated_at=now)
-        )
+    # A container counts its unfinished dependencies again too: its end when the last
+    # one is done depends on that count.
+    load_deps(reopened)
+    by_open: dict[int, list[int]] = defaultdict(list)
+    for i in reopened:
+        by_open[sum(1 for s in dep_states[i].values() if s != "done")].append(i)
+    for pending, ids in sorted(by_open.items()):
+        for chunk in chunks(ids):
+            conn.execute(
+                sa.update(j)
+                .where(j.c.id.in_(chunk), j.c.state.in_(BAD_ENDS))
+                .values(
+                    state="active", pending_deps=pending, error=None, finished_at=None,
+                    updated_at=now,
+                )
+            )
     for container, n in sorted(adjust.items()):
         conn.execute(
             sa.update(j)

@@ -3,8 +3,8 @@
 Every insert checks what the new jobs refer to inside the transaction, with those rows
 locked (containers first, then dependencies, each in id order): a missing dependency
 or container, a cycle through a container, a finished container. A job is born
-``waiting``, ``ready``, ``upstream_failed`` (a dependency already ended badly) or, for a
-container, ``active``.
+``waiting``, ``ready`` or ``upstream_failed`` (a dependency already ended badly), a
+container ``active`` or ``upstream_failed``.
 
 Unique keys: at most one job that has not ended holds a given key. The database enforces
 it with a unique index over the keys of jobs that have not ended (see
@@ -102,10 +102,10 @@ def insert_job(ctx: StoreContext, conn: Connection, job: NewJob) -> int:
     pending = sum(1 for state in states.values() if state != JobState.DONE.value)
     if job.parent is not None and deps and not bad:
         _refuse_wait_cycles(ctx, conn, [(deps, set(), job.parent, None)])
-    if job.is_container:
-        state = JobState.ACTIVE
-    elif bad:
+    if bad:
         state = JobState.UPSTREAM_FAILED
+    elif job.is_container:
+        state = JobState.ACTIVE
     elif pending:
         state = JobState.WAITING
     else:
@@ -260,14 +260,14 @@ def insert_batch(ctx: StoreContext, conn: Connection, batch: Sequence[BatchJob])
         if out:
             pending += sum(1 for x in out if states[x] != done)
         error = None
-        if b.job.is_container:
-            state = JobState.ACTIVE
-        elif bad_out:
+        if bad_out:
             state = upstream_failed
             error = f"dependency {bad_out[0]} ended {states[bad_out[0]]}"
         elif bad_in:
             state = upstream_failed
             error = f"dependency #{bad_in[0]} of the batch ended upstream_failed"
+        elif b.job.is_container:
+            state = JobState.ACTIVE
         elif pending:
             state = JobState.WAITING
         else:

@@ -3,18 +3,31 @@
 Called inside the transaction that ended the jobs (a finish, a sweep, a cancel, an
 enqueue of a job born ``upstream_failed``), so a job's end and its consequences commit
 together.
+
+A container's own dependencies take part like a job's: each one that ends done counts
+one fewer in its ``pending_deps``, and one that ends badly ends it ``upstream_failed``
+(its children, which inherit those edges, end ``upstream_failed`` in the same wave). A
+container that has no children when its last dependency ends done ends ``done`` then:
+all of its children, none, are done. Nothing else ends an empty container on its own,
+so one enqueued without unfinished dependencies stays ``active`` for children added
+later, until ``Queue.close_container`` or a cancel ends it.
 """
 
 from __future__ import annotations
 
-from collections import Counter, defaultdict
+from collections import defaultdict
 from collections.abc import Iterable
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
+from readyq.dialects.base import Dependents
 from readyq.model import JobState
 from readyq.store.context import StoreContext
+from readyq.store.inspection import chunks
+
+# What a job or container waits in before it ends: a dependency that ends badly ends it.
+_WAITS = (JobState.WAITING.value, JobState.ACTIVE.value)
 
 
 def propagate(
@@ -22,16 +35,17 @@ def propagate(
     conn: Connection,
     ended: Iterable[tuple[int, str, int | None]],  # (job id, state it ended in, container)
     *,
-    done_edges: Counter[int] | None = None,
+    done_edges: Dependents | None = None,
 ) -> None:
     """Apply the consequences of jobs reaching a terminal state, in this transaction.
 
     Dependents of a ``done`` job count one fewer unfinished upstream job and become
-    ready at zero; dependents of a job that ended badly end ``upstream_failed``, and so
-    on down the graph. A container whose last child ended rolls up to ``done`` or
-    ``failed`` and propagates in turn. Each wave is a few statements for the whole
-    batch, not a few per job. ``done_edges`` gives the first wave's dependents of its
-    ``done`` jobs when the caller has read them already.
+    ready at zero (a container without children ends ``done`` at zero); dependents of a
+    job that ended badly, containers included, end ``upstream_failed``, and so on down
+    the graph. A container whose last child ended rolls up to ``done`` or ``failed`` and
+    propagates in turn. Each wave is a few statements for the whole batch, not a few per
+    job. ``done_edges`` gives the first wave's dependents of its ``done`` jobs when the
+    caller has read them already.
     """
     t, d = ctx.tables, ctx.dialect
     j, deps = t.jobs, t.deps
@@ -48,16 +62,18 @@ def propagate(
             else:
                 edges = d.dependents_of(conn, t, done_ids)
             by_count: dict[int, list[int]] = defaultdict(list)
-            for dependent, n in edges.items():
+            for dependent, n in edges.edges.items():
                 by_count[n].append(int(dependent))
             d.release_dependents(conn, t, by_count, now, ctx.notifier)
+            if edges.containers:
+                work.extend(_end_emptied(ctx, conn, edges.containers))
         if bad:
-            # Locked, so the 'waiting' check cannot race another transaction failing
-            # the same dependent: each dependent ends once and is counted once.
+            # Locked, so the state check cannot race another transaction failing the
+            # same dependent: each dependent ends once and is counted once.
             rows = conn.execute(
                 sa.select(j.c.id, j.c.parent_id, deps.c.depends_on_id)
                 .select_from(deps.join(j, j.c.id == deps.c.job_id))
-                .where(deps.c.depends_on_id.in_(sorted(bad)), j.c.state == "waiting")
+                .where(deps.c.depends_on_id.in_(sorted(bad)), j.c.state.in_(_WAITS))
                 .order_by(j.c.id)
                 .with_for_update()
             ).all()
@@ -70,7 +86,7 @@ def propagate(
             for dep, ids in sorted(by_dep.items()):
                 conn.execute(
                     sa.update(j)
-                    .where(j.c.id.in_(ids), j.c.state == "waiting")
+                    .where(j.c.id.in_(ids), j.c.state.in_(_WAITS))
                     .values(
                         state=JobState.UPSTREAM_FAILED.value,
                         error=f"dependency {dep} ended {bad[dep]}",
@@ -83,6 +99,36 @@ def propagate(
                 for dependent, (_, parent) in first.items()
             )
         work.extend(_roll_up(ctx, conn, wave))
+
+
+def _end_emptied(
+    ctx: StoreContext, conn: Connection, containers: Iterable[int]
+) -> list[tuple[int, str, int | None]]:
+    """End ``done`` the containers among ``containers`` (dependents of jobs that just
+    ended done, their counters already released) that wait for no dependency any more
+    and have no child. Returns the containers that ended."""
+    j = ctx.tables.jobs
+    now = ctx.now
+    ended: list[tuple[int, str, int | None]] = []
+    for chunk in chunks(containers):
+        empty = sa.and_(
+            j.c.id.in_(chunk),
+            j.c.state == JobState.ACTIVE.value,
+            j.c.pending_deps <= 0,
+            j.c.open_children == 0,
+        )
+        # The release has locked these rows already: an enqueue into one of them waits
+        # for this transaction, then finds it ended.
+        rows = conn.execute(sa.select(j.c.id, j.c.parent_id).where(empty).order_by(j.c.id))
+        found = [(int(r.id), JobState.DONE.value, r.parent_id) for r in rows]
+        if found:
+            conn.execute(
+                sa.update(j)
+                .where(empty)
+                .values(state=JobState.DONE.value, error=None, finished_at=now, updated_at=now)
+            )
+            ended += found
+    return ended
 
 
 def _roll_up(

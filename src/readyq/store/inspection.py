@@ -16,6 +16,7 @@ from sqlalchemy.engine import Connection
 from readyq.errors import InvalidFilter, JobNotFound
 from readyq.listing import JobFilter, decode_cursor, encode_cursor
 from readyq.model import (
+    BAD_ENDS,
     IN_FLIGHT_STATES,
     GroupStats,
     JobInfo,
@@ -37,15 +38,24 @@ from readyq.reports import (
     Overview,
     RateUse,
     Status,
+    StuckJob,
     UnclaimedType,
     WorkerReport,
     WorkerSeen,
+    duration_text,
     ordered_states,
 )
 from readyq.resources import decode as decode_uses
 from readyq.schema import MAX_ATTEMPTS_FROM_HANDLER
+from readyq.sql.jobs import empty_containers
 from readyq.sql.listing import instant, needs_clock, page_query
-from readyq.sql.ready import in_flight_by_group, runnable, state_in
+from readyq.sql.ready import (
+    active_containers,
+    in_flight_by_group,
+    runnable,
+    state_in,
+    waiting_of_types,
+)
 from readyq.store.context import StoreContext
 
 # IN lists are sent in chunks of this many ids (well under every database's limit).
@@ -220,11 +230,142 @@ def check_schema(ctx: StoreContext, conn: Connection) -> None:
 
 
 
-def status(ctx: StoreContext, conn: Connection, unclaimed_after: float = 60.0) -> Status:
+# What the report of stuck jobs reads at most, of the waiting jobs and of the containers
+# that have not ended (each through its index), so that a status costs a bounded read.
+STUCK_SCAN_MAX = 10_000
+# Stuck jobs a status lists (Queue.stuck() takes its own limit).
+STATUS_STUCK_MAX = 20
+
+
+def stuck(
+    ctx: StoreContext,
+    conn: Connection,
+    *,
+    empty_after: float,
+    limit: int,
+    now: float | None = None,
+) -> list[StuckJob]:
+    """What cannot progress on its own, in id order, at most ``limit``: waiting jobs and
+    open containers whose dependency ended badly without ending them, or whose count of
+    unfinished dependencies disagrees with their dependencies, and containers without
+    children or anything to wait for, unchanged for ``empty_after`` seconds (see
+    :class:`readyq.reports.StuckJob`), each with the number of unfinished jobs that wait
+    for it directly. Reads at most ``STUCK_SCAN_MAX`` waiting jobs and as many open
+    containers, through their indexes, with their dependencies' rows."""
+    t = ctx.tables
+    j, d = t.jobs, t.deps
+    if now is None:
+        now = float(conn.execute(sa.select(ctx.now)).scalar_one())
+    up = j.alias("up")
+    # id -> (row, dependencies not done, the least dependency that ended badly)
+    wrong: dict[int, tuple[Any, int, int | None]] = {}
+    for waiting, where in ((True, waiting_of_types(t, None)), (False, active_containers(t))):
+        w = (
+            sa.select(j.c.id, j.c.type, j.c.state, j.c.is_container, j.c.group_key,
+                      j.c.pending_deps, j.c.updated_at)
+            .where(where)
+            .limit(STUCK_SCAN_MAX)
+            .subquery("w")
+        )
+        unfinished = sa.func.coalesce(
+            sa.func.sum(sa.case((up.c.state != JobState.DONE.value, 1), else_=0)), 0
+        )
+        cause = sa.func.min(sa.case((up.c.state.in_(BAD_ENDS), up.c.id), else_=None))
+        tests = [cause.is_not(None), unfinished != w.c.pending_deps]
+        if waiting:
+            tests.append(unfinished == 0)  # nothing left to release it
+        for r in conn.execute(
+            sa.select(*w.c, unfinished.label("unfinished"), cause.label("cause"))
+            .select_from(
+                w.outerjoin(d, d.c.job_id == w.c.id).outerjoin(up, up.c.id == d.c.depends_on_id)
+            )
+            .group_by(*w.c)
+            .having(sa.or_(*tests))
+            .order_by(w.c.id)
+            .limit(limit)
+        ):
+            wrong[int(r.id)] = (r, int(r.unfinished), None if r.cause is None else int(r.cause))
+    empty = {
+        int(r.id): r
+        for r in conn.execute(empty_containers(t, now - empty_after, limit))
+        if int(r.id) not in wrong
+    }
+    ids = sorted({*wrong, *empty})[:limit]
+    if not ids:
+        return []
+    causes = sorted({c for _, _, c in wrong.values() if c is not None})
+    ended = {
+        int(r.id): r.state
+        for r in conn.execute(sa.select(j.c.id, j.c.state).where(j.c.id.in_(causes)))
+    } if causes else {}
+    blocks = {
+        int(r[0]): int(r[1])
+        for r in conn.execute(
+            sa.select(d.c.depends_on_id, sa.func.count())
+            .select_from(d.join(j, j.c.id == d.c.job_id))
+            .where(d.c.depends_on_id.in_(ids), j.c.state.in_(("waiting", "active")))
+            .group_by(d.c.depends_on_id)
+        )
+    }
+    out: list[StuckJob] = []
+    for i in ids:
+        n_blocked = blocks.get(i, 0)
+        behind = f"; {n_blocked} job(s) wait for it" if n_blocked else ""
+        if i in empty:
+            e = empty[i]
+            since = float(e.updated_at)
+            age = max(0.0, now - since)
+            out.append(StuckJob(
+                id=i, type=e.type, state=e.state, is_container=True, group=e.group_key,
+                reason="empty_container", since=since, age=age, pending_deps=0, unfinished=0,
+                blocks=n_blocked,
+                detail=f"container {i} has no child and nothing to wait for, unchanged for "
+                f"{duration_text(age)}{behind}",
+                hint=f"add children with parent={i}, end it with close_container({i}) "
+                f"(readyq close {i}), or cancel it",
+            ))
+            continue
+        r, n, c = wrong[i]
+        what = "container" if r.is_container else "job"
+        since = float(r.updated_at)
+        pending = int(r.pending_deps)
+        if c is not None:
+            reason = "upstream_ended"
+            detail = (f"{what} {i} waits for job {c}, which ended {ended.get(c)}: it should "
+                      "have ended upstream_failed with it")
+            hint = f"retry job {c} (readyq retry {c}), which this {what} then follows; or " \
+                   f"cancel the {what}"
+        else:
+            reason = "pending_mismatch"
+            # A release makes it ready once its count reaches zero: see sql/jobs.py.
+            if pending > n or n == 0:
+                tail = "so it is never released"
+            elif max(pending, 1) < n:
+                tail = f"so it is released when {max(pending, 1)} of them are done"
+            else:
+                tail = "though it is still released with the last of them"
+            detail = (f"{what} {i} counts {pending} unfinished dependencies where {n} are "
+                      f"not done, {tail}")
+            hint = f"cancel the {what} and enqueue it again"
+        out.append(StuckJob(
+            id=i, type=r.type, state=r.state, is_container=bool(r.is_container),
+            group=r.group_key, reason=reason, detail=detail + behind, hint=hint, since=since,
+            age=max(0.0, now - since), pending_deps=pending, unfinished=n, blocks=n_blocked,
+            cause=c, cause_state=None if c is None else ended.get(c),
+        ))
+    return out
+
+
+def status(
+    ctx: StoreContext,
+    conn: Connection,
+    unclaimed_after: float = 60.0,
+    empty_after: float = 60.0,
+) -> Status:
     """Jobs per state and per group, what is in flight, the oldest runnable job's wait,
-    the workers holding leases (distinct ``lease_owner`` of leased/running jobs), and the
+    the workers holding leases (distinct ``lease_owner`` of leased/running jobs), the
     types whose runnable jobs have waited more than ``unclaimed_after`` seconds with none
-    of their jobs in flight."""
+    of their jobs in flight, and the first jobs that are stuck (see :func:`stuck`)."""
     j = ctx.tables.jobs
     now = float(conn.execute(sa.select(ctx.now)).scalar_one())
     states: dict[str, int] = {}
@@ -316,6 +457,7 @@ def status(ctx: StoreContext, conn: Connection, unclaimed_after: float = 60.0) -
         oldest_ready=oldest,
         workers=workers,
         unclaimed_types=sorted(unclaimed, key=lambda u: -u.oldest_age),
+        stuck=stuck(ctx, conn, empty_after=empty_after, limit=STATUS_STUCK_MAX, now=now),
     )
 
 

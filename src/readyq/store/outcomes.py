@@ -9,7 +9,6 @@ concurrent ones never deadlock on each other.
 
 from __future__ import annotations
 
-from collections import Counter
 from collections.abc import Sequence
 from operator import attrgetter
 from typing import Any
@@ -17,6 +16,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
+from readyq.dialects.base import Dependents
 from readyq.model import IN_FLIGHT_STATES, ClaimedJob
 from readyq.store.context import StoreContext
 from readyq.store.graph import propagate
@@ -140,11 +140,10 @@ def _record_done(
     done: Sequence[Outcome],
     applied: Applied,
     ended: list[tuple[int, str, int | None]],
-) -> Counter[int] | None:
+) -> Dependents | None:
     """Mark a batch done in one statement, each row fenced by its own lease.
 
-    Returns the dependents of the batch (dependent id -> edges from the batch) when
-    every row was marked.
+    Returns the dependents of the batch when every row was marked.
     """
     marked = ctx.dialect.mark_done(
         conn,
