@@ -11,7 +11,8 @@ Handlers:
 ``chaos``
     runs ``ms`` milliseconds (``first_ms`` on attempt 1, ``retry_ms`` on later ones,
     ``first_lease_ms`` under the job's first lease), stopping early once its lease is
-    lost; raises on attempt 1 when ``fail_first`` is set.
+    lost; raises on attempt 1 when ``fail_first`` is set, and on every attempt, with
+    text no database stores as it is (NUL, a lone surrogate), when ``bad_text`` is.
 ``slow``
     registered with ``timeout=1``: attempt 1 runs ``first_ms`` (past the timeout, so the
     attempt is ended by a sweep and its late result fenced out), later ones ``ms``.
@@ -146,6 +147,10 @@ def main(argv: list[str] | None = None) -> int:
         if job.lease_lost:
             recorder.job("lease_lost", job)
         opts = job.args or {}
+        if opts.get("bad_text"):
+            # Text PostgreSQL refuses (NUL) and no driver encodes (a lone surrogate).
+            recorder.job("end", job, "raise")
+            raise ValueError("poison: NUL \x00 and half a pair \ud800")
         fails = job.attempt == 1 and opts.get("fail_first")
         recorder.job("end", job, "raise" if fails else "return")
         if fails:

@@ -13,6 +13,13 @@ Faults (each optional, see :class:`Config`):
 ``claimkill``  SIGKILL a worker while it is inside a claim transaction holding the gate
                lock (SQLite: the write lock); the workers linger there now and then.
 ``restart``    restart the database server (PostgreSQL, MariaDB), ``restarts`` times.
+``poison``     enqueue a job whose handler raises text no database stores as it is (NUL,
+               a lone surrogate), and one whose stored args are rewritten into text that
+               is not JSON before it becomes runnable: each must fail, alone, with its
+               error stored, and no worker may die of it.
+``partition``  PostgreSQL, MariaDB: one worker runs in a network namespace of its own,
+               reaching the database through a forwarder; its link is cut (every packet
+               dropped) for longer than its lease, then healed.
 
 Some workers run with their ``time.time()`` shifted by minutes. Workers are never
 restarted except after a kill of ours: each must ride out every other fault itself.
@@ -45,6 +52,8 @@ from readyq import JobSpec
 HERE = Path(__file__).resolve().parent
 WORKER = HERE / "chaos_worker.py"
 RESTART_ENV = "READYQ_TEST_DB_RESTART"
+# The worker slot that runs behind a network that the partition fault cuts.
+PARTITIONED_SLOT = 1
 TERMINAL = history.TERMINAL
 
 
@@ -241,7 +250,12 @@ class Nemesis:
         self.killed: dict[str, float] = {}  # worker -> when (time.time(), the db's clock)
         self.faults = dict.fromkeys(
             ("kill", "claimkill", "freeze", "connkill", "sessions_killed", "lockkill",
-             "restart"), 0)
+             "restart", "poison", "partition"), 0)
+        # Jobs the poison fault made, with what their error must say.
+        self.poisoned: dict[int, str] = {}
+        self.netns: Any = None
+        self.proxy: Any = None
+        self.healed_at = 0.0
         self.problems: list[str] = []
         self.outage = 0.0
         self.freeze_max = 0.0
@@ -275,8 +289,10 @@ class Nemesis:
 
         return engine
 
-    def worker_url(self, name: str) -> str:
+    def worker_url(self, name: str, slot: int = -1) -> str:
         url = sa.make_url(self.cfg.url)
+        if slot == PARTITIONED_SLOT and self.proxy is not None:
+            url = url.set(host=self.proxy.host, port=self.proxy.port)
         if self.cfg.dialect == "postgresql":
             url = url.update_query_dict({"application_name": f"{self.cfg.label}-{name}"})
         return url.render_as_string(hide_password=False)
@@ -299,7 +315,8 @@ class Nemesis:
         log_path = self.cfg.workdir / f"{name}.log"
         stats_path = self.cfg.workdir / f"{name}.json"
         cmd = [
-            sys.executable, str(WORKER), "--url", self.worker_url(name), "--worker-id", name,
+            sys.executable, str(WORKER), "--url", self.worker_url(name, slot),
+            "--worker-id", name,
             "--concurrency", str(self.cfg.cap), "--lease-ttl", str(self.cfg.lease_ttl),
             "--heartbeat", str(self.cfg.heartbeat), "--poll", str(self.cfg.poll),
             "--stats-file", str(stats_path), "--clock-skew", str(skew),
@@ -311,6 +328,8 @@ class Nemesis:
         if "claimkill" in self.cfg.faults and slot == 0:
             cmd += ["--slow-claim", "0.02", "--slow-claim-hold", "0.4",
                     "--marker-dir", str(self.markers)]
+        if slot == PARTITIONED_SLOT and self.netns is not None:
+            cmd = [*self.netns.inside(*cmd)]
         with open(log_path, "wb") as out:
             popen = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, cwd=HERE)
         proc = Proc(name, slot, popen, log_path, stats_path, skew)
@@ -431,6 +450,51 @@ class Nemesis:
         helper.wait()
         helper.stdout.close()
 
+    def fault_poison(self) -> None:
+        try:
+            raiser = self.queue.enqueue("chaos", {"ms": 1, "bad_text": True}, max_attempts=2)
+            # Runnable in a moment: its args are rewritten before a worker can claim it.
+            unreadable = self.queue.enqueue("chaos", {"ms": 1}, max_attempts=2, run_after=2.0)
+            j = self.queue.store.tables.jobs
+            with self.engine.begin() as conn:
+                conn.execute(sa.update(j).where(j.c.id == unreadable).values(args="{oops"))
+        except sa.exc.DBAPIError:
+            return  # the server is restarting
+        self.poisoned[raiser] = "\\x00"
+        self.poisoned[unreadable] = "its stored args are not JSON"
+        self.faults["poison"] += 1
+
+    def setup_partition(self) -> None:
+        """Put the partitioned slot's worker in a network namespace of its own."""
+        from netns import Netns
+        from tcp_proxy import TcpProxy
+
+        ns = Netns()
+        reason = ns.create()
+        if reason is not None:
+            self.problems.append(f"no network namespace for the partition fault: {reason}")
+            return
+        url = sa.make_url(self.cfg.url)
+        self.netns = ns
+        self.proxy = TcpProxy((url.host or "127.0.0.1", url.port or 0), host=ns.outer)
+        self.proxy.up()
+
+    def fault_partition(self) -> None:
+        proc = self.procs.get(PARTITIONED_SLOT)
+        if self.netns is None or proc is None or not proc.alive() or proc.frozen_until:
+            return
+        if self.faults["partition"] and time.monotonic() < self.healed_at + 2.0:
+            return  # one cut at a time, with a moment of working link between
+        seconds = self.cfg.lease_ttl * 2 + self.rnd.uniform(0.0, 1.0)
+        self.netns.cut()
+        self.faults["partition"] += 1
+        # Like a freeze, it may hold up the end of the jobs the worker held.
+        self.freeze_max = max(self.freeze_max, seconds)
+        self.healed_at = time.monotonic() + seconds
+        timer = threading.Timer(seconds, self.netns.heal)
+        timer.daemon = True
+        timer.start()
+
     def fault_restart(self) -> None:
         began = time.monotonic()
         if self.cfg.dialect == "postgresql":
@@ -485,6 +549,8 @@ class Nemesis:
             self.queue.resource(name, capacity=capacity)
         upfront, waves = workload(self.rnd, cfg.jobs, cfg.upfront, cfg.resources, cfg.costed)
         self.queue.enqueue_many(upfront)
+        if "partition" in cfg.faults:
+            self.setup_partition()
         for slot in range(cfg.workers):
             self.spawn(slot)
         faults = [f for f in cfg.faults if f != "restart"]
@@ -555,7 +621,13 @@ class Nemesis:
                     break
                 time.sleep(0.3)
         finally:
+            if self.netns is not None:
+                self.netns.heal()
             self.stop_all()
+            if self.proxy is not None:
+                self.proxy.close()
+            if self.netns is not None:
+                self.netns.close()
         cfg.log(f"workers stopped after {time.monotonic() - began:.1f}s")
         events = self.read_events()
         jobs = history.read_jobs(self.queue)
@@ -569,6 +641,11 @@ class Nemesis:
         counts: dict[str, int] = {}
         for f in jobs.values():
             counts[f.state] = counts.get(f.state, 0) + 1
+        for job_id, says in self.poisoned.items():
+            info = self.queue.get(job_id)
+            if info.state != "failed" or says not in (info.error or ""):
+                self.problems.append(f"poisoned job {job_id} ended {info.state}, error "
+                                     f"{(info.error or '')[-200:]!r}; expected {says!r}")
         ratio, worst = self.bounds(report)
         # Two freezes may overlap, each holding up sweeps (SQLite: the write lock).
         reclaim_bound = cfg.poll + cfg.heartbeat + 2 * self.freeze_max + self.outage + 2.0

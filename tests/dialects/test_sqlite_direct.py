@@ -120,7 +120,8 @@ def test_each_direct_statement_returns_what_sqlalchemy_returns(
     # the claim and the finish, the dependents and their release, the gate and the
     # fair-share progress, the counts, and the idle and reclaim checks
     assert {"UPDATE readyq_jobs SET", "UPDATE readyq_groups SET", "UPDATE readyq_gate SET",
-            "SELECT readyq_job_deps.job_id FROM", "SELECT readyq_gate.vclock, readyq_gate.seq",
+            "SELECT readyq_job_deps.job_id, readyq_jobs.is_container",
+            "SELECT readyq_gate.vclock, readyq_gate.seq",
             "SELECT readyq_jobs.id FROM"} <= kinds, kinds
     assert sum(compared.values()) >= 50
 
