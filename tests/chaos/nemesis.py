@@ -132,7 +132,8 @@ class Result:
             f"[{self.config.dialect}] {f['jobs']} jobs x {fa['kill'] + fa['claimkill']} kills "
             f"({fa['claimkill']} mid-claim) x {fa['freeze']} freezes x {fa['restart']} "
             f"restarts (+ {fa['connkill']} connection kills / {fa['sessions_killed']} "
-            f"sessions, {fa['lockkill']} lock-holder kills) in {self.elapsed:.0f}s",
+            f"sessions, {fa['lockkill']} lock-holder kills, {fa['poison']} poison pairs, "
+            f"{fa['partition']} network cuts) in {self.elapsed:.0f}s",
             f"  -> lost {f['lost']}, double-finalized {f['double_finalized']}, duplicate "
             f"starts {f['duplicate_starts']} (explained: "
             + (", ".join(f"{k} {v}" for k, v in sorted(dup.items())) or "none")
