@@ -32,13 +32,14 @@ from readyq.isolation import ChildPool, JobRequest, Watch, check_importable, run
 from readyq.metrics import FINISHED_STATES, Observers
 from readyq.model import ClaimedJob, Flag, Job, LeaseFlag, job_log_fields
 from readyq.payload import decode, decode_stored, encode
+from readyq.planning.attempts import Ended, attempt_end
 from readyq.planning.backoff import retry_delay
 from readyq.planning.caps import current_cap
 from readyq.rate_limits import RateLimit
 from readyq.resources import Resource
 from readyq.schema import FALLBACK_MAX_ATTEMPTS
-from readyq.store import Applied, Outcome, OutcomeKind, ResourceView, Store
-from readyq.store.records import handler_texts
+from readyq.store import Applied, Outcome, OutcomeKind, Recorded, ResourceView, Store
+from readyq.store.records import TIMED_OUT, TIMEOUT, handler_texts
 from readyq.tracing import attempt_span, mark_failed, spans_enabled
 from readyq.transient import BACKOFF_MAX, describe, is_transient, next_backoff
 from readyq.untrusted import one_line
@@ -300,27 +301,31 @@ def error_outcome(
     error_type: str,
     *,
     duration: float = 0.0,
+    ended: Ended = Ended.RAISED,
 ) -> Outcome:
-    """The outcome of an attempt that ended with ``error`` (a traceback, or what became of
-    its child process): cancel when a cancel was asked, else retry while attempts remain,
-    else fail."""
-    common: dict[str, Any] = {
-        "job": c, "error": error, "duration": duration, "error_type": error_type,
-    }
-    if job.cancelled:
-        return Outcome(kind=OutcomeKind.CANCEL, **common)
-    if c.attempt < c.max_attempts:
-        delay = retry_delay(c.attempt, base=spec.retry_base, maximum=spec.retry_max)
-        return Outcome(kind=OutcomeKind.RETRY, delay=delay, **common)
-    return Outcome(kind=OutcomeKind.FAIL, **common)
+    """The outcome of an attempt that ``ended`` with ``error`` (a traceback, or what
+    became of its child process), as :func:`readyq.planning.attempts.attempt_end`
+    decides it. A retry waits the handler's backoff; after a timeout, the backoff a
+    sweep would give it."""
+    end = attempt_end(ended, cancel_requested=job.cancelled, attempt=c.attempt,
+                      max_attempts=c.max_attempts, retry_on_timeout=spec.retry_on_timeout)
+    kind = OutcomeKind(end)
+    delay = 0.0
+    if kind is _RETRY:
+        delay = (retry_delay(c.attempt) if ended is Ended.TIMED_OUT
+                 else retry_delay(c.attempt, base=spec.retry_base, maximum=spec.retry_max))
+    return Outcome(job=c, kind=kind, error=error, duration=duration, error_type=error_type,
+                   delay=delay)
 
 
 def refused_outcome(o: Outcome, exc: BaseException) -> Outcome:
     """The failure that replaces outcome ``o`` when the database refused a value it
     carries (``exc``): the job fails, with an error that says what was refused."""
     what = "result" if o.kind == _DONE else "error text"
+    end = attempt_end(Ended.UNRUNNABLE, cancel_requested=False, attempt=o.job.attempt,
+                      max_attempts=o.job.max_attempts)
     return Outcome(
-        job=o.job, kind=_FAIL, duration=o.duration, error_type=VALUE_REFUSED,
+        job=o.job, kind=OutcomeKind(end), duration=o.duration, error_type=VALUE_REFUSED,
         error=(f"the attempt ended {o.kind}, but the database refused its {what}: "
                f"{one_line(describe(exc))}"),
     )
@@ -930,30 +935,27 @@ class Worker:
             return error_outcome(c, job, spec, result.end.error or "", result.end.error_type
                                  or "Exception", duration=duration)
         if result.killed == "cancel":
-            return Outcome(job=c, kind=OutcomeKind.CANCEL, duration=duration,
-                           error="cancelled: its child process was terminated",
-                           error_type="Cancelled")
+            return error_outcome(c, job, spec, "cancelled: its child process was terminated",
+                                 "Cancelled", duration=duration, ended=Ended.TERMINATED)
         if result.killed == "timeout":
-            error = (f"timed out after {timeout:g}s (attempt {c.attempt}): its child process "
-                     "was terminated")
-            if spec.retry_on_timeout and c.attempt < c.max_attempts and not job.cancelled:
-                return Outcome(job=c, kind=OutcomeKind.RETRY, error=error,
-                               delay=retry_delay(c.attempt), duration=duration,
-                               error_type="Timeout")
-            return Outcome(job=c, kind=OutcomeKind.FAIL, error=error, duration=duration,
-                           error_type="Timeout")
+            return error_outcome(
+                c, job, spec,
+                f"{TIMED_OUT} after {timeout:g}s (attempt {c.attempt}): its child process "
+                "was terminated", TIMEOUT, duration=duration, ended=Ended.TIMED_OUT,
+            )
         if result.killed is not None and result.killed.startswith("memory:"):
             used = int(result.killed.split(":", 1)[1])
             limit = self.options.max_memory_per_child or 0
             error = (f"its child process used {used / 2**20:.0f} MiB, over max_memory_per_child "
                      f"({limit / 2**20:.0f} MiB): killed")
-            return error_outcome(c, job, spec, error, "MemoryLimit", duration=duration)
+            return error_outcome(c, job, spec, error, "MemoryLimit", duration=duration,
+                                 ended=Ended.CHILD_DIED)
         if result.killed == "lost":
             return error_outcome(c, job, spec, "lease lost: its child process was terminated",
-                                 "LeaseLost", duration=duration)
+                                 "LeaseLost", duration=duration, ended=Ended.LEASE_LOST)
         return error_outcome(
             c, job, spec, f"the child process running the handler {result.crashed}",
-            CHILD_DIED, duration=duration,
+            CHILD_DIED, duration=duration, ended=Ended.CHILD_DIED,
         )
 
     def _failed(
@@ -1047,8 +1049,8 @@ class Worker:
         not JSON. Running it again cannot help, so the job fails at once."""
         if entry.unreadable is None:
             return False
-        self._report(Outcome(job=entry.claimed, kind=_FAIL, error=entry.unreadable,
-                             error_type=UNREADABLE_ARGS))
+        self._report(error_outcome(entry.claimed, entry.job, entry.spec, entry.unreadable,
+                                   UNREADABLE_ARGS, ended=Ended.UNRUNNABLE))
         return True
 
     def _report(self, outcome: Outcome) -> None:
@@ -1061,9 +1063,7 @@ class Worker:
         if n == 1 or n >= len(self._running):
             inbox.wake.set()
 
-    def _record(
-        self, outcomes: list[Outcome], applied: dict[tuple[int, int], bool]
-    ) -> None:
+    def _record(self, outcomes: list[Outcome], applied: Applied) -> None:
         fenced = 0
         for o in outcomes:
             # Only forget the attempt this outcome belongs to: a timed-out attempt may
@@ -1073,7 +1073,10 @@ class Worker:
             if mine and entry is not None:
                 del self._running[o.job.id]
                 self.heartbeats.release(entry)
-            if not applied.get((o.job.id, o.job.lease_token)):
+            recorded = applied.get((o.job.id, o.job.lease_token), Recorded.FENCED)
+            if recorded is Recorded.SWEPT:
+                continue  # the sweep that recorded this timeout first told of it
+            if not recorded:
                 self.stats.fenced_out += 1
                 fenced += 1
                 # The chaos tests read (job id, attempt, kind) from these arguments.
@@ -1094,6 +1097,8 @@ class Worker:
                 self.stats.failed += 1
             elif o.kind == _CANCEL:
                 self.stats.cancelled += 1
+            if o.error_type == TIMEOUT:
+                self.stats.timed_out += 1
             state = FINISHED_STATES.get(o.kind)  # a str enum: its value is the key
             if state is None:
                 continue
@@ -1113,27 +1118,31 @@ class Worker:
             extra["error_type"] = o.error_type
         # The handler returned, but its result could not be stored: say so, not "raised";
         # an attempt whose child process was killed or died: say what happened to it.
+        after = f" after {o.duration:.3f}s"
         if o.error_type == InvalidJobResult.__name__:
-            how = "returned a result that could not be stored"
+            how = "returned a result that could not be stored" + after
         elif o.error_type == VALUE_REFUSED:
-            how = "ended, but the database refused its outcome,"
+            how = f"ended{after}, but the database refused its outcome"
         elif o.error_type == UNREADABLE_ARGS:
             how = "could not start (its stored args are not JSON)"
+        elif o.error_type == TIMEOUT:
+            how = f"{TIMED_OUT} after {c.timeout:g}s" if c.timeout else TIMED_OUT + after
         elif o.error_type in CHILD_ENDS and o.error:
-            how = o.error.split(": its child")[0].split("\n")[0]
+            how = o.error.split(": its child")[0].split("\n")[0] + after
+        elif o.kind == _DONE:
+            how = str(state) + after
         else:
-            how = f"raised {o.error_type}"
+            how = f"raised {o.error_type}{after}"
         shown = one_line(c.type)  # a type may hold a newline: one log line all the same
         if o.kind == OutcomeKind.RETRY:
             extra.update(event="job_retry_scheduled", retry_in=round(o.delay, 3))
-            log.info("job %d (%s) attempt %d %s after %.3fs; retry in %.1fs",
-                     c.id, shown, c.attempt, how, o.duration, o.delay, extra=extra)
+            log.info("job %d (%s) attempt %d %s; retry in %.1fs",
+                     c.id, shown, c.attempt, how, o.delay, extra=extra)
         elif o.kind == OutcomeKind.FAIL:
-            log.warning("job %d (%s) attempt %d %s after %.3fs; the job failed",
-                        c.id, shown, c.attempt, how, o.duration, extra=extra)
+            log.warning("job %d (%s) attempt %d %s; the job failed",
+                        c.id, shown, c.attempt, how, extra=extra)
         else:
-            log.info("job %d (%s) attempt %d %s after %.3fs", c.id, shown, c.attempt,
-                     state, o.duration, extra=extra)
+            log.info("job %d (%s) attempt %d %s", c.id, shown, c.attempt, how, extra=extra)
 
     def _job_of(self, c: ClaimedJob) -> Job:
         """A Job for the hooks when the attempt's own object is gone."""

@@ -222,3 +222,9 @@ def garbage_answer(job: readyq.Job) -> str:
 def slow_echo(job: readyq.Job) -> Any:
     time.sleep(job.args["seconds"])
     return job.args["value"]
+
+
+def overrun(job: readyq.Job) -> str:
+    """Runs ``job.args["seconds"]``, whatever it is told (cancel, timeout)."""
+    time.sleep(job.args["seconds"])
+    return "overran"

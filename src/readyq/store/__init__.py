@@ -66,6 +66,7 @@ from readyq.store.records import (
     OutcomeKind,
     ReclaimedJob,
     ReclaimResult,
+    Recorded,
     ResourceView,
 )
 from readyq.store.transactions import DEFAULT_TX_RETRIES, Transactions, pause_for
@@ -81,6 +82,7 @@ __all__ = [
     "OutcomeKind",
     "ReclaimResult",
     "ReclaimedJob",
+    "Recorded",
     "ResourceView",
     "Store",
     "StoreContext",
@@ -568,14 +570,22 @@ class Store:
         result = self.write(
             lambda conn: sweeps.reclaim_expired(self.context, conn, limit), what="reclaim"
         )
-        # Logged once committed: a unit that is retried must not log twice.
+        # Logged once committed: a unit that is retried must not log twice. A timeout is
+        # an ordinary end, told as the worker that ran it would tell it (it stays quiet
+        # when it learns that a sweep recorded it); an expired lease means a worker was
+        # lost.
         for r in result.jobs:
-            log.warning(
-                "job %d (%s) attempt %d reclaimed (%s): %s",
-                r.id, one_line(r.type), r.attempt, r.reason.replace("_", " "), r.outcome,
-                extra={**job_log_fields(r.id, r.type, r.attempt, r.group),
-                       "event": "job_reclaimed", "reason": r.reason, "state": r.outcome},
-            )
+            extra = {**job_log_fields(r.id, r.type, r.attempt, r.group),
+                     "event": "job_reclaimed", "reason": r.reason, "state": r.outcome}
+            if r.reason == "timeout":
+                then = {"retried": f"retry in {r.retry_in:.1f}s",
+                        "failed": "the job failed"}.get(r.outcome, r.outcome)
+                log.log(logging.INFO if r.outcome == "retried" else logging.WARNING,
+                        "job %d (%s) attempt %d %s; %s", r.id, one_line(r.type), r.attempt,
+                        r.what, then, extra=extra)
+            else:
+                log.warning("job %d (%s) attempt %d reclaimed (%s): %s", r.id,
+                            one_line(r.type), r.attempt, r.what, r.outcome, extra=extra)
         return result
 
     # -- control ------------------------------------------------------------------------

@@ -20,7 +20,16 @@ from readyq.dialects.base import Dependents
 from readyq.model import IN_FLIGHT_STATES, ClaimedJob
 from readyq.store.context import StoreContext
 from readyq.store.graph import propagate
-from readyq.store.records import Applied, Lease, LeaseStatus, Outcome, OutcomeKind
+from readyq.store.records import (
+    TIMED_OUT,
+    TIMEOUT,
+    Applied,
+    Lease,
+    LeaseStatus,
+    Outcome,
+    OutcomeKind,
+    Recorded,
+)
 from readyq.untrusted import storable
 
 MAX_ERROR_CHARS = 8000
@@ -154,7 +163,7 @@ def _record_done(
     )
     if marked.marked == len(done):
         for o in done:
-            applied[o.job.id, o.job.lease_token] = True
+            applied[o.job.id, o.job.lease_token] = Recorded.RECORDED
             ended.append((o.job.id, "done", o.job.parent_id))
         return marked.dependents
     # Some rows were fenced out, or (count == 0) this unit already committed once and
@@ -172,7 +181,7 @@ def _record_done(
             and r.lease_owner == owner
             and r.lease_token == o.job.lease_token
         )
-        applied[o.job.id, o.job.lease_token] = ok
+        applied[o.job.id, o.job.lease_token] = Recorded(ok)
         if ok and marked.marked > 0:
             ended.append((o.job.id, "done", o.job.parent_id))
     return None
@@ -237,7 +246,7 @@ def _record_one(
         if count:
             final = "cancelled"
     if count == 1:
-        applied[job.id, job.lease_token] = True
+        applied[job.id, job.lease_token] = Recorded.RECORDED
         if final is not None:
             ended.append((job.id, final, job.parent_id))
         return
@@ -256,10 +265,17 @@ def _record_one(
         ours = row.run_after is None
     else:
         ours = row.error == (stored_error(o.error) if o.error else "cancelled")
-    applied[job.id, job.lease_token] = bool(
-        row is not None
-        and row.lease_owner == owner
-        and row.lease_token == job.lease_token
-        and row.state in _LEAVES[OutcomeKind(o.kind)]
-        and ours
-    )
+    mine = row is not None and row.lease_owner == owner and row.lease_token == job.lease_token
+    if row is None or not mine:
+        applied[job.id, job.lease_token] = Recorded.FENCED
+    elif row.state in _LEAVES[OutcomeKind(o.kind)] and ours:
+        applied[job.id, job.lease_token] = Recorded.RECORDED
+    elif (o.error_type == TIMEOUT or o.kind == OutcomeKind.RELEASE) and (
+        row.error or ""
+    ).startswith(TIMED_OUT):
+        # The worker killed its child at the deadline (or hands the attempt back as it
+        # stops), and a sweep recorded the timeout first: one end, told once, by the
+        # sweep.
+        applied[job.id, job.lease_token] = Recorded.SWEPT
+    else:
+        applied[job.id, job.lease_token] = Recorded.FENCED

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from enum import Enum
+from enum import Enum, IntEnum
 from typing import NamedTuple
 
 from readyq.model import ClaimedJob
@@ -104,6 +104,9 @@ class ReclaimedJob:
     group: str
     outcome: str
     reason: str
+    # What happened, in a log line's words, and the wait before a retry.
+    what: str = ""
+    retry_in: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -121,8 +124,25 @@ class ReclaimResult:
         return self.retried + self.failed + self.cancelled
 
 
-# (job id, lease token) -> whether the outcome was recorded (False: fenced out).
-Applied = dict[tuple[int, int], bool]
+class Recorded(IntEnum):
+    """What became of an outcome handed to the store (false only when fenced out)."""
+
+    FENCED = 0
+    """Not recorded: the lease was no longer this attempt's."""
+    RECORDED = 1
+    """Recorded by this call (or by an earlier try of it whose COMMIT reply was lost)."""
+    SWEPT = 2
+    """A timeout (or a hand-back) of an attempt that a sweep had already ended as timed
+    out: the attempt ended as this outcome says, and the sweep's worker logged and
+    counted it."""
+
+
+# (job id, lease token) -> what became of the outcome.
+Applied = dict[tuple[int, int], Recorded]
+# The error type of an attempt that passed its deadline, and how the error a sweep
+# stores for it begins.
+TIMEOUT = "Timeout"
+TIMED_OUT = "timed out"
 
 
 @dataclass(frozen=True)

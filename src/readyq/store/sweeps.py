@@ -15,11 +15,12 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from readyq.model import IN_FLIGHT_STATES
+from readyq.planning.attempts import Ended, attempt_end
 from readyq.planning.backoff import retry_delay
 from readyq.sql.ready import state_in
 from readyq.store.context import StoreContext
 from readyq.store.graph import propagate
-from readyq.store.records import ReclaimedJob, ReclaimResult
+from readyq.store.records import TIMED_OUT, ReclaimedJob, ReclaimResult
 
 
 def reclaim_due_statement(ctx: StoreContext) -> sa.Select[Any]:
@@ -84,25 +85,30 @@ def reclaim_expired(ctx: StoreContext, conn: Connection, limit: int) -> ReclaimR
         is_timeout = (
             r.state == "running" and r.deadline is not None and r.deadline < r.now
         )
+        delay = 0.0
         if is_timeout:
-            timed_out += 1
             # A handler's timeout is not stored on the job; only the deadline is.
             seconds = r.timeout
             if seconds is None and r.started_at is not None:
                 seconds = round(r.deadline - r.started_at, 3)
-            after = "" if seconds is None else f" after {seconds:g}s"
-            why = f"timed out{after} (attempt {r.attempts})"
-            retry = bool(r.retry_on_timeout) and r.attempts < r.max_attempts
+            what = TIMED_OUT + ("" if seconds is None else f" after {seconds:g}s")
+            why = f"{what} (attempt {r.attempts})"
         else:
+            what = "lease expired"
             why = f"lease expired: worker lost during attempt {r.attempts}"
-            retry = r.attempts < r.max_attempts
+        end = attempt_end(
+            Ended.TIMED_OUT if is_timeout else Ended.LEASE_EXPIRED,
+            cancel_requested=bool(r.cancel_requested), attempt=int(r.attempts),
+            max_attempts=int(r.max_attempts), retry_on_timeout=bool(r.retry_on_timeout),
+        )
         values: dict[str, Any]
-        if r.cancel_requested:
+        if end == "cancel":
             final: str | None = "cancelled"
             values = {"state": final, "finished_at": now}
-        elif retry:
+        elif end == "retry":
             final = None
-            values = {"state": "ready", "run_after": now + retry_delay(r.attempts)}
+            delay = retry_delay(r.attempts)
+            values = {"state": "ready", "run_after": now + delay}
         else:
             final = "failed"
             values = {"state": final, "finished_at": now}
@@ -119,6 +125,7 @@ def reclaim_expired(ctx: StoreContext, conn: Connection, limit: int) -> ReclaimR
         ).rowcount
         if count != 1:
             continue
+        timed_out += is_timeout
         if final is None:
             retried += 1
         elif final == "failed":
@@ -135,6 +142,8 @@ def reclaim_expired(ctx: StoreContext, conn: Connection, limit: int) -> ReclaimR
                 group=r.group_key,
                 outcome="retried" if final is None else final,
                 reason="timeout" if is_timeout else "lease_expired",
+                what=what,
+                retry_in=delay,
             )
         )
     propagate(ctx, conn, ended)
