@@ -38,7 +38,9 @@ class UnsupportedDatabase(ConfigurationError):
     """The database or its server version cannot run readyq safely.
 
     Raised for MySQL older than 8.0.1 and MariaDB older than 10.6 (no ``SKIP LOCKED``),
-    SQLite older than 3.35 (no ``RETURNING``) and any other SQLAlchemy dialect.
+    SQLite older than 3.35 (no ``RETURNING``), servers that only speak the protocol of
+    PostgreSQL or MySQL (TiDB, Vitess, CockroachDB, YugabyteDB: see
+    :mod:`readyq.dialects.lookalikes`) and any other SQLAlchemy dialect.
     """
 
 
