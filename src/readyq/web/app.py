@@ -17,7 +17,7 @@ import math
 import os
 import secrets
 import urllib.parse
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
@@ -40,6 +40,7 @@ from starlette.staticfiles import StaticFiles
 from readyq import admin
 from readyq.errors import (
     AdminError,
+    ConfigurationError,
     InvalidFilter,
     JobNotFound,
     NotCancellable,
@@ -61,8 +62,11 @@ from readyq.web.security import (
     CSRF_COOKIE,
     CSRF_FIELD,
     CSRF_HEADER,
+    LOOPBACK_HOSTS,
     Csrf,
     SecurityHeaders,
+    TrustedHosts,
+    host_pattern,
     origin_allowed,
 )
 
@@ -337,8 +341,15 @@ def create_app(
     secret: bytes | str | None = None,
     title: str = "readyq",
     poll_seconds: float = POLL_SECONDS,
+    allowed_hosts: Iterable[str] = (),
 ) -> Starlette:
     """The dashboard as an ASGI app; see :func:`readyq.web.create_app`."""
+    if isinstance(allowed_hosts, str):
+        allowed_hosts = [allowed_hosts]
+    try:
+        hosts = {*LOOPBACK_HOSTS, *(host_pattern(h) for h in allowed_hosts)}
+    except (TypeError, ValueError) as exc:
+        raise ConfigurationError(f"allowed_hosts: {exc}") from None
     if isinstance(secret, str):
         secret = secret.encode()
     if cap is not None and (isinstance(cap, bool) or not isinstance(cap, int) or cap < 1):
@@ -622,6 +633,7 @@ def create_app(
         },
     )
     app.state.dashboard = d
+    app.add_middleware(TrustedHosts, allowed=hosts)
     app.add_middleware(SecurityHeaders)
     return app
 
