@@ -1785,6 +1785,7 @@ def _run(args: argparse.Namespace) -> int:
     from readyq import admin
     from readyq.errors import (
         ConfigurationError,
+        InvalidArgument,
         InvalidFilter,
         InvalidJob,
         JobNotFound,
@@ -1803,7 +1804,7 @@ def _run(args: argparse.Namespace) -> int:
             ),
             1,
         )
-    except (ConfigurationError, InvalidJob, InvalidFilter) as exc:
+    except (ConfigurationError, InvalidJob, InvalidFilter, InvalidArgument) as exc:
         message, code = str(exc), 2
     except (JobNotFound, admin.AdminError) as exc:
         message, code = str(exc).strip("'\""), 1

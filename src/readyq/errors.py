@@ -96,6 +96,15 @@ class InvalidJobOption(InvalidJob):
     """Another job option (group, priority, max_attempts, timeout, run_after...) is invalid."""
 
 
+class InvalidJobId(InvalidJobOption):
+    """A job id is not an int from 1 to 2**63 - 1, the range of the id column.
+
+    Raised before the database is asked, by every call that takes a job id (``get``,
+    ``cancel``, ``wait``, ``depends_on``, ``parent``, ``admin.show``, ``admin.retry``,
+    ``admin.dag``...), the same on every database.
+    """
+
+
 class InvalidJobResult(ReadyqError, ValueError):
     """A handler's result does not validate against its ``result_model`` (pydantic).
 
@@ -151,6 +160,12 @@ class NotCancellable(AdminError):
 
 class SchemaNotVersioned(AdminError):
     """readyq's tables exist but carry no migration history (see ``migrate --stamp``)."""
+
+
+class InvalidArgument(ReadyqError, ValueError):
+    """An operator function of :mod:`readyq.admin` was given a bad argument: a negative,
+    infinite or too long age to ``prune``, ``extra_attempts`` out of range, a bad batch
+    or graph size."""
 
 
 class InvalidFilter(ReadyqError, ValueError):

@@ -13,7 +13,8 @@ from typing import Any
 from starlette.testclient import TestClient
 
 import readyq
-from readyq import JobState
+from readyq import JobFilter, JobState
+from readyq.listing import encode_cursor
 
 from .support import HOSTILE, WORKER, csrf_of, seed
 
@@ -346,6 +347,19 @@ BAD_REQUESTS = [
     ("/jobs?id=1,x", 400), ("/jobs?time=later&since=1h", 400), ("/jobs?order=up", 400),
     ("/api/jobs?state=finished", 400), ("/api/jobs?type=" + "x" * 201, 400),
     ("/jobs/1/graph?max_nodes=0", 400), ("/api/events?timeout=nan", 400),
+    # Past the ids and instants the columns hold: a 404 or a 400, on every database.
+    ("/jobs/9223372036854775808", 404), ("/api/jobs/9223372036854775808/graph", 404),
+    ("/jobs/" + "9" * 5000, 404), ("/api/jobs/" + "9" * 5000 + "/graph", 404),
+    ("/jobs?parent=9223372036854775808", 400), ("/api/jobs?id=9223372036854775808", 400),
+    ("/jobs?since=1e300", 400), ("/api/jobs?since=200000w", 400),
+    ("/api/jobs?until=9999-12-31T23:00:00-12:00", 400),
+    # Tampered cursors: a cursor whose digest matches its filter, with an id past the
+    # column, or none at all.
+    ("/jobs?cursor=" + encode_cursor(JobFilter(), "newest", 2**63), 400),
+    ("/api/jobs?state=failed&cursor="
+     + encode_cursor(JobFilter(state=("failed",)), "newest", 2**70), 400),
+    ("/api/jobs?order=oldest&cursor=" + encode_cursor(JobFilter(), "oldest", 0), 400),
+    ("/api/jobs?cursor=c1." + "A" * 190, 400),
 ]
 
 

@@ -155,7 +155,10 @@ class PostgresDialect(Dialect):
     def session_statements(cls, sa_dialect: Any, seconds: float) -> list[str]:
         """``idle_in_transaction_session_timeout``: the server ends a session idle inside
         a transaction for longer, rolling it back and releasing its locks."""
-        return [f"SET idle_in_transaction_session_timeout = {max(1, round(seconds * 1000))}"]
+        # In milliseconds, an INTEGER setting: a longer timeout is the longest it holds
+        # (MariaDB likewise caps its own at a year), not an error at every connection.
+        ms = min(max(1, round(seconds * 1000)), 2**31 - 1)
+        return [f"SET idle_in_transaction_session_timeout = {ms}"]
 
     def check_server(self) -> None:
         if self.server_version and self.server_version < (12,):

@@ -25,6 +25,7 @@ from typing import Any
 import jinja2
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
+from starlette.convertors import Convertor, register_url_convertor
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import (
@@ -57,6 +58,7 @@ from readyq.listing import (
 )
 from readyq.queue import Queue
 from readyq.reports import INSTANTS, iso, resource_json
+from readyq.schema import MAX_ID
 from readyq.web.live import Changes
 from readyq.web.security import (
     CSRF_COOKIE,
@@ -73,8 +75,6 @@ from readyq.web.security import (
 log = logging.getLogger("readyq.web")
 
 HERE = Path(__file__).resolve().parent
-# The largest id a job can have (a signed 64-bit column): larger ones are not jobs.
-MAX_ID = 2**63 - 1
 # The graph page draws this many jobs at first, and at most MAX_GRAPH_NODES when widened;
 # a larger graph is counted (up to GRAPH_COUNT_LIMIT) and says how much is hidden.
 GRAPH_NODES = 200
@@ -323,6 +323,23 @@ def _page_limit(params: Any) -> int:
         return check_limit(int(text))
     except ValueError:
         raise InvalidFilter(f"limit must be an integer from 1 to {MAX_LIMIT}") from None
+
+
+class JobIdConvertor(Convertor[int]):
+    """A job id in a path: at most 19 digits, as the largest id has. A longer number is
+    no job (and Python refuses to read one of a few thousand digits): no route matches
+    it, so it is a 404 rather than an error."""
+
+    regex = "[0-9]{1,19}"
+
+    def convert(self, value: str) -> int:
+        return int(value)
+
+    def to_string(self, value: int) -> str:
+        return str(value)
+
+
+register_url_convertor("readyq_job_id", JobIdConvertor())
 
 
 def _job_id(request: Request) -> int:
@@ -606,15 +623,16 @@ def create_app(
         Route("/", overview_page, name="overview"),
         Route("/jobs", jobs_page, name="jobs"),
         Route("/jobs/actions", bulk_action, methods=["POST"], name="bulk"),
-        Route("/jobs/{job_id:int}", job_page, name="job"),
-        Route("/jobs/{job_id:int}/graph", graph_page, name="graph"),
-        Route("/jobs/{job_id:int}/{action}", job_action, methods=["POST"], name="job_action"),
+        Route("/jobs/{job_id:readyq_job_id}", job_page, name="job"),
+        Route("/jobs/{job_id:readyq_job_id}/graph", graph_page, name="graph"),
+        Route("/jobs/{job_id:readyq_job_id}/{action}", job_action, methods=["POST"],
+              name="job_action"),
         Route("/workers", workers_page, name="workers"),
         Route("/api/overview", api_overview),
         Route("/api/jobs", api_jobs),
-        Route("/api/jobs/{job_id:int}", api_job),
-        Route("/api/jobs/{job_id:int}/graph", api_graph),
-        Route("/api/jobs/{job_id:int}/{action}", api_job_action, methods=["POST"]),
+        Route("/api/jobs/{job_id:readyq_job_id}", api_job),
+        Route("/api/jobs/{job_id:readyq_job_id}/graph", api_graph),
+        Route("/api/jobs/{job_id:readyq_job_id}/{action}", api_job_action, methods=["POST"]),
         Route("/api/jobs/{action}", api_bulk, methods=["POST"]),
         Route("/api/workers", api_workers),
         Route("/api/csrf", api_csrf),
