@@ -10,10 +10,12 @@ def test_public_names_are_pinned() -> None:
         "DependencyCycle",
         "DependencyNotFound",
         "Enqueued",
+        "InvalidArgument",
         "InvalidCursor",
         "InvalidFilter",
         "InvalidJob",
         "InvalidJobArgs",
+        "InvalidJobId",
         "InvalidJobOption",
         "InvalidJobResult",
         "InvalidParent",
@@ -55,7 +57,7 @@ def test_every_error_derives_from_the_one_base() -> None:
     errors = [getattr(readyq, n) for n in readyq.__all__ if n.endswith(("Error", "Found", "Lost",
               "Closed", "Prefix", "Weight", "Parent", "Option", "Cycle", "Type", "JSON",
               "Large", "Database", "Job", "Args", "Result", "Key", "Filter", "Cursor",
-              "Limit", "Closable"))]
+              "Limit", "Closable", "Id", "Argument"))]
     for err in errors:
         if isinstance(err, type) and issubclass(err, Exception):
             assert issubclass(err, readyq.ReadyqError), err

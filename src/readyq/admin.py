@@ -24,6 +24,7 @@ from sqlalchemy.engine import Connection, Engine
 from readyq.dialects import dialect_for
 from readyq.errors import (
     AdminError,
+    InvalidArgument,
     NotCancellable,
     NotRetryable,
     SchemaNotVersioned,
@@ -34,7 +35,7 @@ from readyq.migrations import (
     script_location,
     version_table,
 )
-from readyq.queue import Queue
+from readyq.queue import Queue, check_job_id
 from readyq.reports import (
     STATE_ORDER,
     BulkResult,
@@ -51,7 +52,7 @@ from readyq.reports import (
     iso,
     resource_waits,
 )
-from readyq.schema import DEFAULT_PREFIX, validate_prefix
+from readyq.schema import DEFAULT_PREFIX, MAX_ATTEMPTS, MAX_SECONDS, validate_prefix
 from readyq.store.enqueue import is_live_key_conflict
 
 __all__ = [
@@ -92,6 +93,8 @@ __all__ = [
 ]
 
 MAX_DAG_NODES = 2000
+# The most jobs one transaction of a prune deletes.
+MAX_BATCH_SIZE = 100_000
 
 
 _DURATION = re.compile(r"(\d+(?:\.\d+)?)\s*(w|d|h|m|s)", re.IGNORECASE)
@@ -117,7 +120,31 @@ def parse_duration(text: str) -> float:
             ) from None
     if not math.isfinite(seconds) or seconds < 0:
         raise ValueError(f"bad duration {text!r}: must be a finite, non-negative duration")
+    if seconds > MAX_SECONDS:
+        raise ValueError(f"bad duration {text!r}: must be at most a century")
     return seconds
+
+
+def _seconds_arg(value: Any, what: str) -> float:
+    """A duration argument in seconds: a finite number from 0 to a century."""
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, (int, float))
+        or not math.isfinite(value)
+        or not 0 <= value <= MAX_SECONDS
+    ):
+        raise InvalidArgument(
+            f"{what} must be a number of seconds from 0 to a century "
+            f"({MAX_SECONDS:,.0f}), not {value!r}"
+        )
+    return float(value)
+
+
+def _int_arg(value: Any, what: str, high: int) -> int:
+    """An int argument from 1 to ``high``."""
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= high:
+        raise InvalidArgument(f"{what} must be an int from 1 to {high:,}, not {value!r}")
+    return value
 
 
 # -- migrations --------------------------------------------------------------------------
@@ -272,9 +299,8 @@ def status(
     job types that seem to have no worker (runnable jobs waiting more than
     ``unclaimed_after`` seconds while none of the type is in flight), and the first 20
     stuck jobs (``Queue.stuck``; empty containers after ``empty_after`` seconds)."""
-    for name, value in (("unclaimed_after", unclaimed_after), ("empty_after", empty_after)):
-        if not math.isfinite(value) or value < 0:
-            raise ValueError(f"{name} must be a finite number >= 0, not {value!r}")
+    unclaimed_after = _seconds_arg(unclaimed_after, "unclaimed_after")
+    empty_after = _seconds_arg(empty_after, "empty_after")
     st = queue.store.status(unclaimed_after=unclaimed_after, empty_after=empty_after)
     return dataclasses.replace(st, resources=list(queue.resource_stats().values()))
 
@@ -282,7 +308,9 @@ def status(
 def show(queue: Queue, job_id: int) -> JobDetail:
     """The job's fields, its dependencies with their states, its dependents, its parent
     and (for a container) its children per state; for a ready job that takes resources,
-    the resources it waits for. Raises JobNotFound."""
+    the resources it waits for. Raises JobNotFound (InvalidJobId for a value that
+    cannot be a job id)."""
+    job_id = check_job_id(job_id)
     detail = queue.store.job_detail(job_id)
     f = detail.fields
     if f["state"] != "ready" or f["is_container"]:
@@ -304,8 +332,8 @@ def show(queue: Queue, job_id: int) -> JobDetail:
 def dag(queue: Queue, job_id: int, *, max_nodes: int = 200) -> Graph:
     """The graph around ``job_id`` (see :class:`readyq.reports.Graph`), at most
     ``max_nodes`` jobs."""
-    if max_nodes < 1 or max_nodes > MAX_DAG_NODES:
-        raise ValueError(f"max_nodes must be from 1 to {MAX_DAG_NODES}, not {max_nodes}")
+    job_id = check_job_id(job_id)
+    _int_arg(max_nodes, "max_nodes", MAX_DAG_NODES)
     return queue.store.graph(job_id, max_nodes=max_nodes)
 
 
@@ -412,14 +440,12 @@ def retry(queue: Queue, job_id: int, *, extra_attempts: int = 1) -> RetryResult:
     * A job brought back takes its unique key back: the retry is refused if another
       job that has not ended holds that key now.
 
-    Everything happens in one transaction, with the rows it reads locked.
+    Everything happens in one transaction, with the rows it reads locked. Raises
+    JobNotFound, InvalidJobId for a value that cannot be a job id, and InvalidArgument
+    for ``extra_attempts`` that is not an int from 1 to 1,000,000.
     """
-    if (
-        isinstance(extra_attempts, bool)
-        or not isinstance(extra_attempts, int)
-        or extra_attempts < 1
-    ):
-        raise ValueError(f"extra_attempts must be an int >= 1, not {extra_attempts!r}")
+    job_id = check_job_id(job_id)
+    _int_arg(extra_attempts, "extra_attempts", MAX_ATTEMPTS)
     store = queue.store
     try:
         return store.retry(job_id, extra_attempts)
@@ -463,13 +489,13 @@ def prune(
 
     With ``dry_run``, nothing is deleted: the result counts the jobs and dependency rows
     a prune would delete now (``dry_run`` set), in one read.
+
+    Raises InvalidArgument, before anything is read, for an ``older_than`` that is not
+    a number of seconds from 0 to a century, or a ``batch_size`` that is not an int from
+    1 to 100,000.
     """
-    if older_than < 0 or not math.isfinite(older_than):
-        raise ValueError(
-            f"older_than must be a finite, non-negative number of seconds, not {older_than!r}"
-        )
-    if batch_size < 1:
-        raise ValueError(f"batch_size must be >= 1, not {batch_size!r}")
+    older_than = _seconds_arg(older_than, "older_than")
+    _int_arg(batch_size, "batch_size", MAX_BATCH_SIZE)
     if dry_run:
         return queue.store.prune_preview(older_than)
     return queue.store.prune(older_than, batch_size=batch_size, progress=progress)
@@ -527,12 +553,7 @@ def retry_many(
         report = admin.retry_many(queue, state="failed", type="resize", dry_run=True)
         print(report.matched, report.changed)
     """
-    if (
-        isinstance(extra_attempts, bool)
-        or not isinstance(extra_attempts, int)
-        or extra_attempts < 1
-    ):
-        raise ValueError(f"extra_attempts must be an int >= 1, not {extra_attempts!r}")
+    _int_arg(extra_attempts, "extra_attempts", MAX_ATTEMPTS)
     return _bulk(
         queue, "retry", filter, criteria, dry_run=dry_run, extra_attempts=extra_attempts
     )

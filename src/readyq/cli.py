@@ -507,11 +507,22 @@ def _parser() -> argparse.ArgumentParser:
         "job, the dependency graph, workers, and a JSON API under /api/. It listens on "
         "127.0.0.1 unless --host says otherwise. With READYQ_DASHBOARD_USER and "
         "READYQ_DASHBOARD_PASSWORD set, every request needs those HTTP basic credentials; "
-        "another --host is refused without them. READYQ_DASHBOARD_SECRET signs the CSRF "
-        "tokens (random per start by default).",
+        "another --host is refused without them. Requests must name localhost, 127.0.0.1, "
+        "[::1], the --host address or an --allowed-host in their Host header. "
+        "READYQ_DASHBOARD_SECRET signs the CSRF tokens (random per start by default).",
     )
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
     p.add_argument("--port", type=int, default=8765, help="port to listen on (default 8765)")
+    p.add_argument(
+        "--allowed-host",
+        dest="allowed_hosts",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="a host name the dashboard is served under (repeat it for more; *.example.com "
+        "for every name under example.com); requests for other hosts get 400. localhost, "
+        "127.0.0.1, [::1] and the --host address are always allowed",
+    )
     p.add_argument(
         "--read-only", action="store_true", help="refuse every action (retry, cancel) with 403"
     )
@@ -1695,9 +1706,30 @@ def cmd_jobs(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_dashboard(args: argparse.Namespace) -> int:
+def served_hosts(host: str, given: Sequence[str]) -> tuple[bool, list[str]]:
+    """Whether ``--host`` is a loopback address, and the host names the dashboard is
+    served under besides the loopback names (which it always answers): the ``--host``
+    address unless it is loopback or every address (0.0.0.0, ::), and the
+    ``--allowed-host`` names. Raises CLIError for a name that is not a host name."""
     import ipaddress
 
+    from readyq.web.security import host_pattern
+
+    try:
+        address = ipaddress.ip_address(host.strip("[]"))
+    except ValueError:
+        address = None
+    loopback = host == "localhost" or (address is not None and address.is_loopback)
+    names = list(given)
+    if not loopback and not (address is not None and address.is_unspecified):
+        names.append(host)
+    try:
+        return loopback, [host_pattern(name) for name in names]
+    except ValueError as exc:
+        raise CLIError(f"--allowed-host: {exc}", code=2) from None
+
+
+def cmd_dashboard(args: argparse.Namespace) -> int:
     try:
         import uvicorn
 
@@ -1719,10 +1751,7 @@ def cmd_dashboard(args: argparse.Namespace) -> int:
         credentials = env_credentials()
     except ValueError as exc:
         raise CLIError(str(exc), code=2) from None
-    try:
-        loopback = args.host == "localhost" or ipaddress.ip_address(args.host).is_loopback
-    except ValueError:
-        loopback = False
+    loopback, allowed = served_hosts(args.host, args.allowed_hosts)
     if not loopback and credentials is None:
         raise CLIError(
             f"--host {args.host} would serve the dashboard to the network without a password: "
@@ -1737,7 +1766,7 @@ def cmd_dashboard(args: argparse.Namespace) -> int:
 
         app: Any = create_app(
             queue, read_only=args.read_only, cap=args.cap,
-            secret=os.environ.get("READYQ_DASHBOARD_SECRET"),
+            secret=os.environ.get("READYQ_DASHBOARD_SECRET"), allowed_hosts=allowed,
         )
         if base:
             app = Starlette(routes=[Mount(base, app=app)])
@@ -1827,6 +1856,7 @@ def _run(args: argparse.Namespace) -> int:
     from readyq import admin
     from readyq.errors import (
         ConfigurationError,
+        InvalidArgument,
         InvalidFilter,
         InvalidJob,
         JobNotFound,
@@ -1845,7 +1875,7 @@ def _run(args: argparse.Namespace) -> int:
             ),
             1,
         )
-    except (ConfigurationError, InvalidJob, InvalidFilter) as exc:
+    except (ConfigurationError, InvalidJob, InvalidFilter, InvalidArgument) as exc:
         message, code = str(exc), 2
     except (JobNotFound, admin.AdminError) as exc:
         message, code = str(exc).strip("'\""), 1

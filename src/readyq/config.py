@@ -16,7 +16,7 @@ from typing import TypedDict
 from readyq.errors import ConfigurationError
 from readyq.isolation import DEFAULT_KILL_GRACE, ISOLATIONS
 from readyq.planning.caps import Limit, Limits, normalize
-from readyq.schema import MAX_WORKER_ID_CHARS, key_problem
+from readyq.schema import MAX_SECONDS, MAX_WORKER_ID_CHARS, key_problem
 from readyq.untrusted import has_controls
 
 DEFAULT_CONCURRENCY = 1
@@ -50,9 +50,11 @@ def _positive_seconds(value: float | timedelta, what: str) -> float:
         isinstance(seconds, bool)
         or not isinstance(seconds, (int, float))
         or not math.isfinite(seconds)
-        or seconds <= 0
+        or not 0 < seconds <= MAX_SECONDS
     ):
-        raise ConfigurationError(f"{what} must be a positive duration, not {value!r}")
+        raise ConfigurationError(
+            f"{what} must be a positive duration of at most a century, not {value!r}"
+        )
     return float(seconds)
 
 
@@ -135,7 +137,7 @@ class WorkerOptions:
         if (
             isinstance(grace, bool)
             or not isinstance(grace, (int, float))
-            or not 0 <= grace < float("inf")
+            or not 0 <= grace <= MAX_SECONDS
         ):
             raise ConfigurationError(
                 f"shutdown_grace must be a duration >= 0, not {self.shutdown_grace!r}"

@@ -38,7 +38,9 @@ class UnsupportedDatabase(ConfigurationError):
     """The database or its server version cannot run readyq safely.
 
     Raised for MySQL older than 8.0.1 and MariaDB older than 10.6 (no ``SKIP LOCKED``),
-    SQLite older than 3.35 (no ``RETURNING``) and any other SQLAlchemy dialect.
+    SQLite older than 3.35 (no ``RETURNING``), servers that only speak the protocol of
+    PostgreSQL or MySQL (TiDB, Vitess, CockroachDB, YugabyteDB: see
+    :mod:`readyq.dialects.lookalikes`) and any other SQLAlchemy dialect.
     """
 
 
@@ -92,6 +94,15 @@ class InvalidJobArgs(InvalidJob):
 
 class InvalidJobOption(InvalidJob):
     """Another job option (group, priority, max_attempts, timeout, run_after...) is invalid."""
+
+
+class InvalidJobId(InvalidJobOption):
+    """A job id is not an int from 1 to 2**63 - 1, the range of the id column.
+
+    Raised before the database is asked, by every call that takes a job id (``get``,
+    ``cancel``, ``wait``, ``depends_on``, ``parent``, ``admin.show``, ``admin.retry``,
+    ``admin.dag``...), the same on every database.
+    """
 
 
 class InvalidJobResult(ReadyqError, ValueError):
@@ -155,6 +166,12 @@ class NotCancellable(AdminError):
 
 class SchemaNotVersioned(AdminError):
     """readyq's tables exist but carry no migration history (see ``migrate --stamp``)."""
+
+
+class InvalidArgument(ReadyqError, ValueError):
+    """An operator function of :mod:`readyq.admin` was given a bad argument: a negative,
+    infinite or too long age to ``prune``, ``extra_attempts`` out of range, a bad batch
+    or graph size."""
 
 
 class InvalidFilter(ReadyqError, ValueError):

@@ -22,7 +22,7 @@ from typing import Any, Literal
 
 from readyq.errors import InvalidCursor, InvalidFilter
 from readyq.model import IN_FLIGHT_STATES, JobState
-from readyq.schema import key_problem
+from readyq.schema import MAX_ID, MAX_SECONDS, is_job_id, key_problem
 
 Order = Literal["newest", "oldest"]
 ORDERS: tuple[str, ...] = ("newest", "oldest")
@@ -71,8 +71,8 @@ def _key(value: object, what: str) -> str | None:
 
 
 def _job_id(value: object, what: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value <= 0 or value >= 2**63:
-        raise InvalidFilter(f"{what} must be a job id (a positive int), not {value!r}")
+    if not is_job_id(value):
+        raise InvalidFilter(f"{what} must be a job id (an int from 1 to {MAX_ID}), not {value!r}")
     return value
 
 
@@ -96,9 +96,16 @@ def _when(value: object, what: str) -> When | None:
     if isinstance(value, timedelta):
         if value < timedelta(0):
             raise InvalidFilter(f"{what} must not be a negative duration, not {value!r}")
+        if value.total_seconds() > MAX_SECONDS:
+            raise InvalidFilter(f"{what} must be at most a century ago, not {value!r}")
         return value
     if isinstance(value, datetime):
-        return value if value.tzinfo is not None else value.replace(tzinfo=timezone.utc)
+        aware = value if value.tzinfo is not None else value.replace(tzinfo=timezone.utc)
+        try:
+            aware.astimezone(timezone.utc)
+        except OverflowError:  # within a day of year 1 or 9999, not in UTC
+            raise InvalidFilter(f"{what} {value.isoformat()} is out of range in UTC") from None
+        return aware
     raise InvalidFilter(
         f"{what} must be a datetime (an instant) or a timedelta (that long ago), not {value!r}"
     )
@@ -255,7 +262,7 @@ def decode_cursor(cursor: object, filter: JobFilter, order: str) -> int:
         order_, key, digest = data["o"], data["k"], data["f"]
     except (binascii.Error, ValueError, KeyError, TypeError):
         raise InvalidCursor(f"not a cursor of a job listing: {cursor[:60]!r}") from None
-    if isinstance(key, bool) or not isinstance(key, int) or key <= 0:
+    if not is_job_id(key):
         raise InvalidCursor(f"not a cursor of a job listing: {cursor[:60]!r}")
     if order_ != order:
         raise InvalidCursor(

@@ -8,7 +8,7 @@ import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import datetime, timedelta, timezone
 from typing import Any, NamedTuple, TypeVar
 
 import sqlalchemy as sa
@@ -26,6 +26,7 @@ from readyq.errors import (
     ConfigurationError,
     DependencyNotFound,
     InvalidFilter,
+    InvalidJobId,
     InvalidJobOption,
     InvalidParent,
     InvalidRateLimit,
@@ -51,7 +52,11 @@ from readyq.resources import Resource, check_uses, define
 from readyq.resources import encode as encode_uses
 from readyq.schema import (
     DEFAULT_PREFIX,
+    MAX_ATTEMPTS,
     MAX_ATTEMPTS_FROM_HANDLER,
+    MAX_ID,
+    MAX_SECONDS,
+    is_job_id,
     key_problem,
     validate_prefix,
 )
@@ -107,6 +112,10 @@ def _seconds(
     seconds = float(value)
     if not math.isfinite(seconds) or seconds < 0 or (seconds == 0 and not allow_zero):
         raise InvalidJobOption(f"{what} must be a positive, finite duration, not {value!r}")
+    if seconds > MAX_SECONDS:
+        raise InvalidJobOption(
+            f"{what} must be at most a century ({MAX_SECONDS:,.0f} seconds), not {value!r}"
+        )
     return seconds
 
 
@@ -128,11 +137,23 @@ def _key(
     return str(value)
 
 
-def _job_id(value: Any, what: str) -> int:
+def check_job_id(value: Any, what: str = "job id") -> int:
+    """``value`` as a job id (a JobInfo gives its own), checked against the id column's
+    range before any database sees it; raises InvalidJobId otherwise."""
     if isinstance(value, JobInfo):
         return value.id
-    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-        raise InvalidJobOption(f"{what} must be a job id (a positive int), not {value!r}")
+    if not is_job_id(value):
+        shown = repr(value)
+        if len(shown) > 60:
+            shown = shown[:57] + "..."
+        raise InvalidJobId(f"{what} must be a job id (an int from 1 to {MAX_ID}), not {shown}")
+    return int(value)
+
+
+def check_max_attempts(value: Any, what: str, error: type[ValueError]) -> int:
+    """``value`` if it is an int from 1 to MAX_ATTEMPTS, else ``error``."""
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_ATTEMPTS:
+        raise error(f"{what} must be an int from 1 to {MAX_ATTEMPTS:,}, not {value!r}")
     return value
 
 
@@ -211,14 +232,7 @@ class Queue:
             raise ConfigurationError(
                 f"max_payload_bytes must be a positive int, not {max_payload_bytes!r}"
             )
-        if (
-            isinstance(default_max_attempts, bool)
-            or not isinstance(default_max_attempts, int)
-            or default_max_attempts < 1
-        ):
-            raise ConfigurationError(
-                f"default_max_attempts must be an int >= 1, not {default_max_attempts!r}"
-            )
+        check_max_attempts(default_max_attempts, "default_max_attempts", ConfigurationError)
         if isinstance(url, Engine):
             engine, owned = url, False
         elif isinstance(getattr(url, "sync_engine", None), Engine):  # an AsyncEngine
@@ -370,10 +384,8 @@ class Queue:
         """
         _key(type, "handler type")
         timeout_s = _seconds(timeout, "timeout")
-        if max_attempts is not None and (
-            isinstance(max_attempts, bool) or not isinstance(max_attempts, int) or max_attempts < 1
-        ):
-            raise ConfigurationError(f"max_attempts must be an int >= 1, not {max_attempts!r}")
+        if max_attempts is not None:
+            check_max_attempts(max_attempts, "max_attempts", ConfigurationError)
         base = _seconds(retry_backoff, "retry_backoff", allow_zero=True) or 0.0
         cap = _seconds(retry_backoff_max, "retry_backoff_max", allow_zero=True) or 0.0
         check_model(args_model, "args_model")
@@ -584,10 +596,8 @@ class Queue:
             # Not given: the worker's handler decides when the job first runs, so that
             # a producer without the handler stores no guess.
             max_attempts = MAX_ATTEMPTS_FROM_HANDLER
-        elif (
-            isinstance(max_attempts, bool) or not isinstance(max_attempts, int) or max_attempts < 1
-        ):
-            raise InvalidJobOption(f"max_attempts must be an int >= 1, not {max_attempts!r}")
+        else:
+            check_max_attempts(max_attempts, "max_attempts", InvalidJobOption)
         return _Options(
             type, group, weight, priority, max_attempts, _seconds(timeout, "timeout"),
             bool(is_container), None if spec is None else spec.args_model,
@@ -613,8 +623,8 @@ class Queue:
                 given = list(depends_on)
             except TypeError:  # not iterable
                 raise InvalidJobOption("depends_on must be a list of job ids") from None
-            deps = tuple(dict.fromkeys(_job_id(d, "depends_on") for d in given))
-        parent_id = None if parent is None else _job_id(parent, "parent")
+            deps = tuple(dict.fromkeys(check_job_id(d, "depends_on") for d in given))
+        parent_id = None if parent is None else check_job_id(parent, "parent")
         run_at: float | None = None
         delay: float | None = None
         if isinstance(run_after, datetime):
@@ -626,7 +636,12 @@ class Queue:
                     "one (datetime.now(timezone.utc) + timedelta(...)) or a delay in "
                     "seconds or as a timedelta"
                 )
-            run_at = run_after.timestamp()
+            try:
+                run_at = run_after.astimezone(timezone.utc).timestamp()
+            except OverflowError:  # within a day of year 1 or 9999, not in UTC
+                raise InvalidJobOption(
+                    f"run_after {run_after.isoformat()} is out of range in UTC"
+                ) from None
         elif run_after is not None:
             delay = _seconds(run_after, "run_after", allow_zero=True)
         return NewJob(
@@ -930,9 +945,10 @@ class Queue:
     # -- inspect and control ---------------------------------------------------------------------
 
     def get(self, job_id: int) -> JobInfo:
-        """The job's current state, result, error and attempts. Raises JobNotFound."""
+        """The job's current state, result, error and attempts. Raises JobNotFound, or
+        InvalidJobId for a value that cannot be a job id."""
         self.check_open()
-        return self.store.get(_job_id(job_id, "job id"))
+        return self.store.get(check_job_id(job_id, "job id"))
 
     def cancel(self, job_id: int) -> bool:
         """Cancel a job. Returns False if it had already ended.
@@ -941,9 +957,10 @@ class Queue:
         end ``upstream_failed``. A running job is asked to stop: its handler sees
         ``job.cancelled`` at the next heartbeat, and the job ends ``cancelled`` unless
         the handler returns a result first. Cancelling a container cancels its children.
+        Raises JobNotFound, or InvalidJobId for a value that cannot be a job id.
         """
         self.check_open()
-        return self.store.cancel(_job_id(job_id, "job id"))
+        return self.store.cancel(check_job_id(job_id, "job id"))
 
     def close_container(self, job_id: int) -> None:
         """End an empty container ``done``, as if its last child had ended done.
@@ -958,7 +975,7 @@ class Queue:
         :class:`readyq.JobNotFound` for an unknown id.
         """
         self.check_open()
-        self.store.close_container(_job_id(job_id, "job id"))
+        self.store.close_container(check_job_id(job_id))
 
     def stuck(
         self, *, empty_after: float | timedelta = 60.0, limit: int = 100
@@ -1059,15 +1076,17 @@ class Queue:
 
         Polls the database (the only state) with a growing interval up to
         ``poll_interval``. Raises ``TimeoutError`` if ``timeout`` passes first and
-        :class:`JobNotFound` for an unknown id. It returns failed, cancelled and
+        :class:`JobNotFound` for an unknown id (InvalidJobId for a value that cannot be
+        one). It returns failed, cancelled and
         upstream_failed jobs as well: check ``info.state``.
         """
         self.check_open()
+        job_id = check_job_id(job_id)
         limit = _seconds(timeout, "timeout", allow_zero=True)
         deadline = None if limit is None else time.monotonic() + limit
         delay = min(0.01, poll_interval)
         while True:
-            info = self.store.get(_job_id(job_id, "job id"))
+            info = self.store.get(job_id)
             if info.is_terminal:
                 return info
             if deadline is not None and time.monotonic() >= deadline:

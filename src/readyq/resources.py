@@ -54,8 +54,10 @@ class Resource:
 
     def capacity(self) -> int:
         """The capacity now: every term evaluated, their minimum (a callable that raises
-        or returns no int counts as 0, which starts nothing that uses the resource)."""
-        return current_cap(self.limits)
+        or returns no int counts as 0, which starts nothing that uses the resource; one
+        that returns more than MAX_UNITS counts as MAX_UNITS, which the capacity column
+        holds on every database)."""
+        return min(current_cap(self.limits), MAX_UNITS)
 
 
 def define(name: str, capacity: Limits) -> Resource:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import TypeGuard
 
 import sqlalchemy as sa
 from sqlalchemy.dialects import mysql
@@ -188,6 +189,23 @@ def validate_prefix(prefix: str) -> str:
             "(lower-case letters, digits and underscores, at most 31 characters)"
         )
     return prefix
+
+
+# The ranges input is checked against before anything is written, the same on every
+# database (each would otherwise refuse some values, or store them as it pleases).
+# Job ids: signed 64-bit (BIGINT; SQLite's INTEGER).
+MAX_ID = 2**63 - 1
+# Attempts (INTEGER columns): max_attempts, and the attempts a retry adds.
+MAX_ATTEMPTS = 1_000_000
+# Instants are epoch seconds, shown as datetimes (years 1 to 9999). A duration (a
+# timeout, a delay, a backoff, a lease, how long ago a listing looks) is at most a
+# century of 365.25 days, so that the clock plus or minus it is always such a year.
+MAX_SECONDS = 3_155_760_000.0
+
+
+def is_job_id(value: object) -> TypeGuard[int]:
+    """Whether ``value`` can be a job id: an int (not a bool) from 1 to MAX_ID."""
+    return isinstance(value, int) and not isinstance(value, bool) and 1 <= value <= MAX_ID
 
 
 # The id of the gate table's single row.

@@ -223,6 +223,25 @@ def test_a_rolled_back_transactional_enqueue_never_existed(api: Api, db: str) ->
     assert api.counts() == {"done": 1}
 
 
+def test_ids_that_no_job_can_have_are_refused_alike(api: Api) -> None:
+    """On both APIs and every database, before the database is asked (PostgreSQL raised
+    its own error, SQLite overflowed, MariaDB looked the id up)."""
+    existing = api.enqueue("t")
+    calls: list[Callable[[Any], object]] = [
+        api.get,
+        lambda bad: api.call(api.q.cancel, bad),
+        lambda bad: api.call(api.q.wait, bad, 0),
+        lambda bad: api.enqueue("t", depends_on=[existing, bad]),
+        lambda bad: api.enqueue("t", parent=bad),
+        lambda bad: api.call(api.q.enqueue_many, [readyq.JobSpec("t", parent=bad)]),
+    ]
+    for bad in (2**63, 2**64, -1, 0, 7.0):
+        for call in calls:
+            with pytest.raises(readyq.InvalidJobId):
+                call(bad)
+    assert api.counts() == {"ready": 1}
+
+
 def test_async_handlers_in_the_sync_worker(db: str) -> None:
     api = Api(db, "sync")
     try:

@@ -43,8 +43,8 @@ COVERED = {
     "runnable_counts", "in_flight", "in_flight_and_history", "claim_jobs",
     "record_progress", "start_leased", "extend_leases", "hand_back", "lease_rows",
     "mark_done", "error_code", "is_retryable", "is_disconnect", "is_missing_table",
-    "is_permanent", "is_refusal", "database", "driver_hint", "in_flight_uses", "resource_heads",
-    "claim_ids", "resource_state", "resource_flight",
+    "is_permanent", "is_refusal", "database", "driver_hint", "in_flight_uses",
+    "resource_heads", "claim_ids", "resource_state", "resource_flight", "server_text",
 }
 
 
@@ -101,6 +101,8 @@ def test_engine_facts(queue: readyq.Queue, db: str) -> None:
     path = cls.database_file(url)
     assert (path is not None) == (d.database == "sqlite")
     d.check_server()  # the test servers are supported: no error
+    with queue.engine.connect() as conn:
+        assert d.server_text(conn)  # the version string look-alikes are told apart by
     assert d.prepare_engine(queue.engine, owned=False) is not None
     with queue.engine.connect() as conn:
         d.prepare_connection(conn.connection.dbapi_connection)  # idempotent set-up

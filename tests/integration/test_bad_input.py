@@ -11,13 +11,15 @@ import json
 import math
 import threading
 from collections.abc import Callable
+from datetime import datetime, timedelta, timezone
 from typing import Any
 
 import pytest
 import sqlalchemy as sa
 
 import readyq
-from readyq import JobState
+from readyq import JobFilter, JobSpec, JobState, admin
+from readyq.listing import encode_cursor
 
 WORKER_OPTIONS: dict[str, Any] = {
     "concurrency": 4,
@@ -210,6 +212,182 @@ def test_every_bad_input_raises_its_error_and_writes_nothing(
     # The queue still works afterwards.
     job_id = queue.enqueue("work", {"ok": True})
     assert queue.get(job_id).state is JobState.READY
+
+
+NOT_IDS: list[Any] = [2**63, 2**64, -1, 0, "1", 1.0, True]
+ID_CALLS: list[tuple[str, Callable[[readyq.Queue, Ctx, Any], object]]] = [
+    ("get", lambda q, c, x: q.get(x)),
+    ("cancel", lambda q, c, x: q.cancel(x)),
+    ("wait", lambda q, c, x: q.wait(x, timeout=0)),
+    ("admin.show", lambda q, c, x: admin.show(q, x)),
+    ("admin.retry", lambda q, c, x: admin.retry(q, x)),
+    ("admin.cancel", lambda q, c, x: admin.cancel(q, x)),
+    ("admin.dag", lambda q, c, x: admin.dag(q, x)),
+    ("depends_on", lambda q, c, x: q.enqueue("work", depends_on=[c.plain, x])),
+    ("parent", lambda q, c, x: q.enqueue("work", parent=x)),
+    ("unique depends_on", lambda q, c, x: q.enqueue_unique("work", unique_key="u",
+                                                          depends_on=[x])),
+    ("container parent", lambda q, c, x: q.enqueue_container("batch", parent=x)),
+    ("batch depends_on", lambda q, c, x: q.enqueue_many([JobSpec("work", depends_on=[x])])),
+    ("batch parent", lambda q, c, x: q.enqueue_many([JobSpec("work", parent=x)])),
+]
+WHEN_BAD = [
+    timedelta.max,
+    timedelta(days=36525 * 2),
+    datetime.max.replace(tzinfo=timezone(timedelta(hours=-12))),
+    datetime.min.replace(tzinfo=timezone(timedelta(hours=12))),
+]
+BIG = 2**31  # past every INTEGER column: PostgreSQL and MariaDB refuse it, SQLite stores it
+
+RANGE_CASES: list[tuple[str, Callable[[readyq.Queue, Ctx], object], type[Exception]]] = [
+    *[
+        (f"{name} {x!r}", lambda q, c, f=f, x=x: f(q, c, x), readyq.InvalidJobId)
+        for name, f in ID_CALLS
+        for x in NOT_IDS
+        if not (name.startswith("batch") and isinstance(x, str))  # a batch's key, not an id
+    ],
+    ("listing parent 2**63", lambda q, c: q.jobs(parent=2**63), readyq.InvalidFilter),
+    ("listing id 2**63", lambda q, c: q.jobs(id=[1, 2**63]), readyq.InvalidFilter),
+    ("bulk id 2**63", lambda q, c: admin.cancel_many(q, id=2**63), readyq.InvalidFilter),
+    # integers past their columns
+    ("max_attempts 2**31", lambda q, c: q.enqueue("work", max_attempts=BIG),
+     readyq.InvalidJobOption),
+    ("max_attempts 1,000,001", lambda q, c: q.enqueue("work", max_attempts=1_000_001),
+     readyq.InvalidJobOption),
+    ("batch max_attempts 2**40",
+     lambda q, c: q.enqueue_many([JobSpec("work", max_attempts=2**40)]), readyq.InvalidJobOption),
+    ("priority 2**31", lambda q, c: q.enqueue("work", priority=BIG), readyq.InvalidJobOption),
+    ("weight 2**31", lambda q, c: q.enqueue("work", weight=BIG), readyq.InvalidWeight),
+    ("handler max_attempts 2**31",
+     lambda q, c: q.handler("other", max_attempts=BIG), readyq.ConfigurationError),
+    ("default_max_attempts 2**31",
+     lambda q, c: readyq.Queue(q.engine, default_max_attempts=BIG), readyq.ConfigurationError),
+    ("retry extra_attempts 2**31",
+     lambda q, c: admin.retry(q, c.plain, extra_attempts=BIG), readyq.InvalidArgument),
+    ("retry_many extra_attempts 2**31",
+     lambda q, c: admin.retry_many(q, state="failed", extra_attempts=BIG),
+     readyq.InvalidArgument),
+    ("concurrency 2**40", lambda q, c: q.worker(concurrency=2**40), readyq.ConfigurationError),
+    ("resource capacity 2**40", lambda q, c: q.resource("big", capacity=2**40),
+     readyq.InvalidResource),
+    # durations and instants past what an instant can be
+    ("timeout 1e300", lambda q, c: q.enqueue("work", timeout=1e300), readyq.InvalidJobOption),
+    ("timeout timedelta.max", lambda q, c: q.enqueue("work", timeout=timedelta.max),
+     readyq.InvalidJobOption),
+    ("run_after 1e300", lambda q, c: q.enqueue("work", run_after=1e300), readyq.InvalidJobOption),
+    ("run_after timedelta.max", lambda q, c: q.enqueue("work", run_after=timedelta.max),
+     readyq.InvalidJobOption),
+    *[
+        (f"run_after {when!r}", lambda q, c, w=when: q.enqueue("work", run_after=w),
+         readyq.InvalidJobOption)
+        for when in WHEN_BAD[2:]
+    ],
+    ("handler retry_backoff 1e300",
+     lambda q, c: q.handler("other", retry_backoff_max=1e300), readyq.InvalidJobOption),
+    ("lease_ttl 1e300", lambda q, c: q.worker(lease_ttl=1e300), readyq.ConfigurationError),
+    ("shutdown_grace 1e300", lambda q, c: q.worker(shutdown_grace=1e300),
+     readyq.ConfigurationError),
+    ("idle_transaction_timeout 1e300",
+     lambda q, c: readyq.Queue(q.engine, idle_transaction_timeout=1e300),
+     readyq.ConfigurationError),
+    # listings and bulk actions bounded beyond what an instant can be
+    *[
+        (f"{field} {when!r}", lambda q, c, f=field, w=when: q.jobs(**{f: w}),
+         readyq.InvalidFilter)
+        for when in WHEN_BAD
+        for field in ("created_after", "finished_before")
+    ],
+    *[
+        (f"cancel_many created_after {when!r}",
+         lambda q, c, w=when: admin.cancel_many(q, created_after=w), readyq.InvalidFilter)
+        for when in WHEN_BAD
+    ],
+    ("a cursor past the ids",
+     lambda q, c: q.jobs(cursor=encode_cursor(JobFilter(), "newest", 2**63)),
+     readyq.InvalidCursor),
+    ("a cursor before the ids",
+     lambda q, c: q.jobs(cursor=encode_cursor(JobFilter(), "newest", 0)), readyq.InvalidCursor),
+    # operator arguments
+    *[
+        (f"prune {age!r}", lambda q, c, a=age: admin.prune(q, a), readyq.InvalidArgument)
+        for age in (-1, -0.5, math.inf, math.nan, 1e300, "7d", None, True)
+    ],
+    ("prune batch_size 0", lambda q, c: admin.prune(q, 10, batch_size=0),
+     readyq.InvalidArgument),
+    ("prune batch_size 2**63", lambda q, c: admin.prune(q, 10, batch_size=2**63),
+     readyq.InvalidArgument),
+    ("prune dry run -1", lambda q, c: admin.prune(q, -1, dry_run=True), readyq.InvalidArgument),
+    ("dag max_nodes 0", lambda q, c: admin.dag(q, c.plain, max_nodes=0), readyq.InvalidArgument),
+    ("status unclaimed_after -1", lambda q, c: admin.status(q, unclaimed_after=-1),
+     readyq.InvalidArgument),
+]
+
+
+def test_values_out_of_range_raise_their_error_and_write_nothing(
+    queue: readyq.Queue, ctx: Ctx
+) -> None:
+    """Ids, integers, durations and instants beyond what the columns hold are refused
+    before any database sees them: PostgreSQL and MariaDB raised their own errors (or
+    took 2**63 for a missing job), SQLite stored what they refused."""
+    cancelled_ok = queue.enqueue("work", run_after=3600)
+    failures: list[str] = []
+    for name, call, expected in RANGE_CASES:
+        before = snapshot(queue)
+        try:
+            call(queue, ctx)
+        except expected as exc:
+            assert isinstance(exc, readyq.ReadyqError), name
+            assert isinstance(exc, ValueError), name
+        except Exception as exc:
+            failures.append(f"{name}: raised {type(exc).__name__}: {str(exc)[:150]}")
+        else:
+            failures.append(f"{name}: did not raise {expected.__name__}")
+        if snapshot(queue) != before:
+            failures.append(f"{name}: the database changed")
+    assert not failures, "\n".join(failures)
+    assert queue.get(cancelled_ok).state is JobState.READY
+    # Within range: accepted and shown.
+    edge = datetime(9999, 12, 30, tzinfo=timezone.utc)
+    job = queue.enqueue("work", max_attempts=1_000_000, timeout=timedelta(days=36524),
+                        run_after=edge, priority=1_000_000)
+    info = queue.get(job)
+    assert info.max_attempts == 1_000_000 and info.run_after == edge
+    assert queue.jobs(created_after=timedelta(days=36524), id=job).jobs[0].id == job
+
+
+def test_a_cap_or_capacity_past_the_columns_counts_as_the_most_there_is(
+    queue: readyq.Queue,
+) -> None:
+    """A callable cap or capacity may say "no limit" with a huge number: it counts as
+    the largest one (PostgreSQL and MariaDB refused it in the claim, and the worker
+    retried that claim for ever)."""
+    queue.resource("gpu", capacity=lambda: 2**40)
+    queue.handler("work")(lambda job: job.args)
+    queue.handler("gpu", uses={"gpu": 1})(lambda job: job.args)
+    ids = [queue.enqueue("work", {"n": 1}), queue.enqueue("gpu", {"n": 2})]
+    worker = queue.worker(**{**WORKER_OPTIONS, "concurrency": lambda: 2**40})
+    box: dict[str, Any] = {}
+    thread = threading.Thread(target=lambda: box.update(stats=worker.run(until_idle=True)),
+                              daemon=True)
+    thread.start()
+    thread.join(60)
+    if thread.is_alive():
+        worker.stop()
+        thread.join(30)
+        pytest.fail(f"the worker did not become idle: {queue.counts()}")
+    assert [queue.get(i).state for i in ids] == [JobState.DONE, JobState.DONE]
+    assert box["stats"].db_errors == 0
+
+
+def test_an_idle_transaction_timeout_past_the_servers_range_is_its_longest(db: str) -> None:
+    """PostgreSQL takes the timeout in milliseconds as an INTEGER: 10 million seconds
+    was refused at every connection (MariaDB caps its own at a year)."""
+    q = readyq.Queue(db, idle_transaction_timeout=10_000_000)
+    try:
+        q.create_schema()
+        assert q.get(q.enqueue("t")).state is JobState.READY
+    finally:
+        q.close()
 
 
 def test_payload_size_limit(db: str) -> None:

@@ -117,6 +117,61 @@ def test_concurrent_enqueues_of_one_key_make_exactly_one_job(db: str, q: readyq.
             other.close()
 
 
+def test_many_racing_enqueues_of_few_keys_each_get_an_id(db: str, q: readyq.Queue) -> None:
+    """Threads enqueue three keys over and over, and cancel what they got now and then so
+    that the keys keep coming free: inserts of one key meet at the index all the time.
+    MariaDB answers some of those meetings with a deadlock, which ends the whole
+    transaction, savepoint included; each call must still return an id (the unit runs
+    again), never the database's error about the lost savepoint."""
+    threads, calls, keys = 8, 150, 3
+    queues = [readyq.Queue(db) for _ in range(threads)]
+    barrier = threading.Barrier(threads)
+    errors: list[BaseException] = []
+    got: list[tuple[str, int]] = []
+    lock = threading.Lock()
+
+    def race(n: int) -> None:
+        queue = queues[n]
+        barrier.wait()
+        for i in range(calls):
+            key = f"hot-{(n + i) % keys}"
+            try:
+                if i % 3 == 2:
+                    job_id = queue.enqueue_many([
+                        readyq.JobSpec("work", {"by": n}, key="a", unique_key=key),
+                        readyq.JobSpec("work", {"by": n}, depends_on=["a"]),
+                    ])[0]
+                else:
+                    job_id = queue.enqueue_unique("work", {"by": n}, unique_key=key).id
+                if i % 2 == 0:
+                    queue.cancel(job_id)
+            except BaseException as exc:
+                with lock:
+                    errors.append(exc)
+                continue
+            with lock:
+                got.append((key, job_id))
+
+    try:
+        pool = [threading.Thread(target=race, args=(n,)) for n in range(threads)]
+        for thread in pool:
+            thread.start()
+        for thread in pool:
+            thread.join(120)
+        assert not errors, [f"{type(e).__name__}: {e}" for e in errors[:3]]
+        assert len(got) == threads * calls
+        # Every id is a job holding the key it was asked for, and no key has two jobs
+        # that have not ended.
+        for key, job_id in got:
+            assert q.get(job_id).unique_key == key
+        for n in range(keys):
+            live = q.jobs(unique_key=f"hot-{n}", state=["ready", "waiting"], limit=10)
+            assert len(live.jobs) <= 1, live.jobs
+    finally:
+        for other in queues:
+            other.close()
+
+
 def test_a_conflict_inside_the_callers_transactions(db: str, q: readyq.Queue) -> None:
     """B's insert meets A's uncommitted row: B waits, then returns A's job, and B's own
     transaction (default isolation of a plain engine: REPEATABLE READ on MariaDB) goes

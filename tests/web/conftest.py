@@ -21,7 +21,9 @@ def make_client(queue: readyq.Queue) -> Iterator[Any]:
     clients: list[TestClient] = []
 
     def make(**options: Any) -> TestClient:
-        client = TestClient(create_app(queue, **options), raise_server_exceptions=False)
+        # A host the dashboard answers under (TestClient's own "testserver" is not one).
+        client = TestClient(create_app(queue, **options), base_url="http://127.0.0.1",
+                            raise_server_exceptions=False)
         clients.append(client)
         return client
 

@@ -13,7 +13,8 @@ from typing import Any
 from starlette.testclient import TestClient
 
 import readyq
-from readyq import JobState
+from readyq import JobFilter, JobState
+from readyq.listing import encode_cursor
 
 from .support import HOSTILE, WORKER, csrf_of, seed
 
@@ -156,7 +157,7 @@ def test_actions_are_refused_without_a_valid_csrf_token(
         assert refused.status_code == 403
         assert_secure(refused)
     # Another browser (no cookie) with this page's token: refused too.
-    stranger = TestClient(client.app, raise_server_exceptions=False)
+    stranger = TestClient(client.app, base_url="http://127.0.0.1", raise_server_exceptions=False)
     assert stranger.post(f"/jobs/{target}/retry", data={"csrf": token}).status_code == 403
     assert stranger.post("/api/jobs/retry", data={"state": "failed"},
                          headers={"x-csrf-token": token}).status_code == 403
@@ -269,6 +270,74 @@ def test_the_authorize_hook_decides(make_client: Any, queue: readyq.Queue) -> No
     assert sync.get("/").status_code == 403 and sync.get("/api/overview").status_code == 403
 
 
+def test_a_foreign_host_name_is_refused(make_client: Any, queue: readyq.Queue) -> None:
+    """DNS rebinding: a site whose name its DNS points at 127.0.0.1 is, to the browser, of
+    the dashboard's own origin, so the Origin and CSRF checks let its page through. Its
+    requests name its own host, and are refused before anything else happens."""
+    p = seed(queue)
+    local = make_client()
+    token = local.get("/api/csrf").json()["token"]
+    app = local.app
+    for base in ("http://rebind.attacker.example", "http://127.0.0.1.nip.io:8765",
+                 "http://localhost.attacker.example"):
+        foreign = TestClient(app, base_url=base, raise_server_exceptions=False)
+        page = foreign.get("/jobs")
+        assert page.status_code == 400 and "not served under the host" in page.text
+        assert_secure(page)
+        api = foreign.get("/api/jobs")
+        assert api.status_code == 400 and api.json()["status"] == 400
+        csrf = foreign.get("/api/csrf")
+        assert csrf.status_code == 400 and "token" not in csrf.text
+        assert "set-cookie" not in csrf.headers
+        # The token and cookie of the real host do not help either.
+        cookie = f"readyq_csrf={local.cookies.get('readyq_csrf')}"
+        cancel = foreign.post(f"/api/jobs/{p.waiting}/cancel",
+                              headers={"x-csrf-token": token, "origin": base, "cookie": cookie})
+        assert cancel.status_code == 400
+        assert foreign.get("/static/app.css").status_code == 400
+        foreign.close()
+    assert queue.get(p.waiting).state is JobState.WAITING
+    # The host is shown escaped; a request without a Host header is refused too.
+    hostile = local.get("/jobs", headers={"host": '"><script>alert(1)</script>'})
+    assert hostile.status_code == 400 and "<script>" not in hostile.text
+    assert "&lt;script&gt;" in hostile.text
+    # The loopback names, with or without a port and in any case, are served.
+    for host in ("localhost", "LOCALHOST:8765", "127.0.0.1:80", "[::1]:8765", "localhost."):
+        assert local.get("/jobs", headers={"host": host}).status_code == 200, host
+
+
+def test_the_hosts_it_is_configured_with_are_served(
+    make_client: Any, queue: readyq.Queue
+) -> None:
+    import pytest
+    from starlette.applications import Starlette
+    from starlette.routing import Mount
+
+    from readyq.web import create_app
+
+    c = make_client(allowed_hosts=["Jobs.Example.com", "*.corp.example", "10.0.0.5",
+                                   "[fe80::1]"])
+    for host, status in (("jobs.example.com", 200), ("jobs.example.com:443", 200),
+                         ("a.jobs.example.com", 400), ("x.corp.example", 200),
+                         ("a.b.corp.example", 200), ("corp.example", 400),
+                         ("evilcorp.example", 400), ("10.0.0.5:8765", 200),
+                         ("10.0.0.6", 400), ("[fe80::1]:80", 200), ("localhost", 200)):
+        assert c.get("/api/overview", headers={"host": host}).status_code == status, host
+    anything = make_client(allowed_hosts=["*"])
+    assert anything.get("/", headers={"host": "whatever.example"}).status_code == 200
+    # Mounted in an application, under a path: the same check, the API's answer in JSON.
+    outer = Starlette(routes=[Mount("/admin/jobs", app=create_app(queue))])
+    with TestClient(outer, base_url="http://rebind.attacker.example") as foreign:
+        r = foreign.get("/admin/jobs/api/overview")
+        assert r.status_code == 400 and r.json()["status"] == 400
+        assert foreign.get("/admin/jobs/").status_code == 400
+    with TestClient(outer, base_url="http://localhost") as local:
+        assert local.get("/admin/jobs/api/overview").status_code == 200
+    for bad in ("example.com:80", "http://example.com", "", "a/b", 5, "exa mple.com"):
+        with pytest.raises(readyq.ConfigurationError, match="allowed_hosts"):
+            create_app(queue, allowed_hosts=[bad])  # type: ignore[list-item]
+
+
 BAD_REQUESTS = [
     ("/jobs/987654", 404), ("/jobs/987654/graph", 404), ("/api/jobs/987654", 404),
     ("/api/jobs/987654/graph", 404), ("/jobs/0", 404), ("/jobs/99999999999999999999", 404),
@@ -278,6 +347,19 @@ BAD_REQUESTS = [
     ("/jobs?id=1,x", 400), ("/jobs?time=later&since=1h", 400), ("/jobs?order=up", 400),
     ("/api/jobs?state=finished", 400), ("/api/jobs?type=" + "x" * 201, 400),
     ("/jobs/1/graph?max_nodes=0", 400), ("/api/events?timeout=nan", 400),
+    # Past the ids and instants the columns hold: a 404 or a 400, on every database.
+    ("/jobs/9223372036854775808", 404), ("/api/jobs/9223372036854775808/graph", 404),
+    ("/jobs/" + "9" * 5000, 404), ("/api/jobs/" + "9" * 5000 + "/graph", 404),
+    ("/jobs?parent=9223372036854775808", 400), ("/api/jobs?id=9223372036854775808", 400),
+    ("/jobs?since=1e300", 400), ("/api/jobs?since=200000w", 400),
+    ("/api/jobs?until=9999-12-31T23:00:00-12:00", 400),
+    # Tampered cursors: a cursor whose digest matches its filter, with an id past the
+    # column, or none at all.
+    ("/jobs?cursor=" + encode_cursor(JobFilter(), "newest", 2**63), 400),
+    ("/api/jobs?state=failed&cursor="
+     + encode_cursor(JobFilter(state=("failed",)), "newest", 2**70), 400),
+    ("/api/jobs?order=oldest&cursor=" + encode_cursor(JobFilter(), "oldest", 0), 400),
+    ("/api/jobs?cursor=c1." + "A" * 190, 400),
 ]
 
 

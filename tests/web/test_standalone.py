@@ -17,7 +17,7 @@ import httpx
 import pytest
 
 import readyq
-from readyq.cli import main
+from readyq.cli import main, served_hosts
 
 WEB = Path(readyq.__file__).parent / "web"
 
@@ -56,6 +56,24 @@ def test_a_network_address_needs_credentials(
     assert main(["--db", db, "dashboard", "--host", "127.0.0.1"]) == 2  # user, no password
     assert "READYQ_DASHBOARD_PASSWORD" in capsys.readouterr().err
     assert main(["--db", db, "dashboard", "--base-path", "jobs?x"]) == 2
+    monkeypatch.delenv("READYQ_DASHBOARD_USER")
+    for bad in ("http://jobs.internal", "jobs.internal:8765", "a/b"):
+        assert main(["--db", db, "dashboard", "--allowed-host", bad]) == 2
+        assert "--allowed-host" in capsys.readouterr().err
+
+
+def test_the_standalone_server_answers_the_names_it_is_served_under() -> None:
+    """Loopback names always; the address bound to unless it is every address; the
+    --allowed-host names."""
+    assert served_hosts("127.0.0.1", []) == (True, [])
+    assert served_hosts("localhost", ["jobs.internal"]) == (True, ["jobs.internal"])
+    assert served_hosts("::1", []) == (True, [])
+    assert served_hosts("0.0.0.0", []) == (False, [])
+    assert served_hosts("::", ["Ops.Example.com"]) == (False, ["ops.example.com"])
+    assert served_hosts("10.1.2.3", ["jobs.internal"]) == (
+        False, ["jobs.internal", "10.1.2.3"])
+    assert served_hosts("fe80::1", []) == (False, ["[fe80::1]"])
+    assert served_hosts("box.lan", []) == (False, ["box.lan"])
 
 
 def free_port() -> int:
@@ -74,7 +92,7 @@ def test_the_standalone_server_asks_for_its_credentials(tmp_path: Path) -> None:
     env = {**os.environ, "READYQ_DASHBOARD_USER": "ops", "READYQ_DASHBOARD_PASSWORD": "s3cret"}
     proc = subprocess.Popen(
         [sys.executable, "-m", "readyq.cli", "--db", db, "dashboard", "--port", str(port),
-         "--base-path", "/ops/jobs", "--read-only"],
+         "--base-path", "/ops/jobs", "--read-only", "--allowed-host", "jobs.internal"],
         env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )
     try:
@@ -100,6 +118,11 @@ def test_the_standalone_server_asks_for_its_credentials(tmp_path: Path) -> None:
                              headers={"x-csrf-token": token.json()["token"]},
                              cookies=token.cookies)
         assert refused.status_code == 403  # --read-only
+        # DNS rebinding: a foreign host name is refused, the names given are served.
+        for host, status in (("rebind.attacker.example", 400), ("jobs.internal", 200),
+                             (f"localhost:{port}", 200), ("sub.jobs.internal", 400)):
+            r = httpx.get(base + "/api/overview", auth=("ops", "s3cret"), headers={"host": host})
+            assert r.status_code == status, host
     finally:
         proc.terminate()
         _, err = proc.communicate(timeout=15)

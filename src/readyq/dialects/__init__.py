@@ -26,6 +26,7 @@ from readyq.dialects.base import (
     ResourceFlight,
     ResourceState,
 )
+from readyq.dialects.lookalikes import lookalike_problem
 from readyq.dialects.mysql import MySQLDialect
 from readyq.dialects.postgresql import PostgresDialect
 from readyq.dialects.sqlite import SQLiteDialect
@@ -48,6 +49,7 @@ __all__ = [
     "ResourceFlight",
     "ResourceState",
     "SQLiteDialect",
+    "connect",
     "dialect_class",
     "dialect_for",
     "dialect_from_connection",
@@ -62,6 +64,9 @@ def dialect_class(name: str) -> type[Dialect]:
         return MySQLDialect
     if name == "sqlite":
         return SQLiteDialect
+    problem = lookalike_problem(name)
+    if problem is not None:
+        raise UnsupportedDatabase(problem)
     if name == "postgres":
         raise UnsupportedDatabase(
             "postgres:// is not a SQLAlchemy URL scheme: use postgresql+psycopg://... "
@@ -72,20 +77,41 @@ def dialect_class(name: str) -> type[Dialect]:
     )
 
 
+def connect(engine: Engine) -> Connection:
+    """``engine.connect()``, for the first connection of a store.
+
+    SQLAlchemy's PostgreSQL dialect reads the server's version at the first connection
+    and fails with an AssertionError on a version string it cannot parse, such as
+    CockroachDB's: a look-alike named there raises UnsupportedDatabase instead.
+    """
+    try:
+        return engine.connect()
+    except AssertionError as exc:
+        problem = lookalike_problem(str(exc))
+        if problem is None:
+            raise
+        raise UnsupportedDatabase(problem) from None
+
+
 def dialect_for(engine: Engine) -> Dialect:
     """Connect once and return the dialect for this server, version checked.
 
     A MariaDB server is recognised from its version string after connecting, whether the
     URL says ``mysql+...`` or ``mariadb+...``.
     """
-    with engine.connect() as conn:
+    with connect(engine) as conn:
         dialect = dialect_from_connection(conn)
         conn.rollback()
     return dialect
 
 
 def dialect_from_connection(conn: Connection) -> Dialect:
-    """The dialect for the server behind an open connection, version checked."""
+    """The dialect for the server behind an open connection, version checked.
+
+    Servers that speak the protocol of PostgreSQL or MySQL without their locking (see
+    :mod:`readyq.dialects.lookalikes`) are refused by the version string they report,
+    before the version number is judged.
+    """
     cls = dialect_class(conn.dialect.name)
     version = cast(tuple[int, ...], tuple(conn.dialect.server_version_info or ()))
     dialect: Dialect
@@ -93,5 +119,8 @@ def dialect_from_connection(conn: Connection) -> Dialect:
         dialect = MySQLDialect(version, is_mariadb=bool(cast(Any, conn.dialect).is_mariadb))
     else:
         dialect = cls(version)
+    problem = lookalike_problem(dialect.server_text(conn))
+    if problem is not None:
+        raise UnsupportedDatabase(problem)
     dialect.check_server()
     return dialect

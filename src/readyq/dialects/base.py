@@ -338,6 +338,12 @@ class Dialect(ABC):
     def check_server(self) -> None:  # noqa: B027 - most servers need no check
         """Raise UnsupportedDatabase if the server cannot run readyq safely."""
 
+    def server_text(self, conn: Connection) -> str:
+        """The server's own description of itself (``SELECT version()``), read once when
+        a store first connects: servers that only speak this database's protocol are
+        told apart by it (:mod:`readyq.dialects.lookalikes`)."""
+        return str(conn.execute(sa.select(sa.func.version())).scalar() or "")
+
     # -- statements ---------------------------------------------------------------------
 
     def cached(self, key: Any, build: Callable[[], S]) -> S:

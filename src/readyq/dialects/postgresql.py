@@ -188,13 +188,15 @@ class PostgresDialect(Dialect):
         """``idle_in_transaction_session_timeout``: the server ends a session idle inside
         a transaction for longer, rolling it back and releasing its locks.
         ``lock_timeout``: a statement waits for a lock that long at most, then fails
-        with 55P03, which the store retries."""
+        with 55P03, which the store retries. Both in milliseconds, INTEGER settings: a
+        longer timeout is the longest they hold, not an error at every connection."""
         statements = []
         if idle_seconds:
-            ms = max(1, round(idle_seconds * 1000))
+            ms = min(max(1, round(idle_seconds * 1000)), 2**31 - 1)
             statements.append(f"SET idle_in_transaction_session_timeout = {ms}")
         if lock_seconds:
-            statements.append(f"SET lock_timeout = {max(1, round(lock_seconds * 1000))}")
+            ms = min(max(1, round(lock_seconds * 1000)), 2**31 - 1)
+            statements.append(f"SET lock_timeout = {ms}")
         return statements
 
     def check_server(self) -> None:

@@ -230,6 +230,10 @@ class SQLiteDialect(Dialect):
                 f"readyq needs SQLite 3.35 or newer (RETURNING), found {sqlite3.sqlite_version}"
             )
 
+    def server_text(self, conn: Connection) -> str:
+        """``SQLite`` and the library's version: SQLite has no ``version()``."""
+        return f"SQLite {conn.execute(sa.select(sa.func.sqlite_version())).scalar()}"
+
     def begin_write(self, conn: Connection) -> None:
         """``BEGIN IMMEDIATE``; while another connection holds the write lock, poll for it.
 

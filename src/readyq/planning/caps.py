@@ -13,6 +13,9 @@ log = logging.getLogger("readyq.caps")
 Limit = int | Callable[[], int]
 Limits = Limit | Sequence[Limit]
 
+# The largest cap: a claim binds it as an INTEGER parameter, and no process runs more.
+MAX_CAP = 1_000_000
+
 
 def normalize(limits: Limits) -> tuple[Limit, ...]:
     """Check the limits given to a worker and return them as a tuple."""
@@ -28,14 +31,17 @@ def normalize(limits: Limits) -> tuple[Limit, ...]:
             )
         if isinstance(item, int) and item < 0:
             raise ConfigurationError(f"a concurrency limit cannot be negative: {item}")
+        if isinstance(item, int) and item > MAX_CAP:
+            raise ConfigurationError(f"a concurrency limit is at most {MAX_CAP:,}, not {item}")
     return items
 
 
 def current_cap(limits: Sequence[Limit]) -> int:
-    """Evaluate every limit now and return their minimum (never below zero).
+    """Evaluate every limit now and return their minimum, from 0 to MAX_CAP.
 
     A callable that raises or returns something that is not an int counts as 0: when an
-    external limit cannot be read, starting nothing is the safe choice.
+    external limit cannot be read, starting nothing is the safe choice. One that returns
+    more than MAX_CAP counts as MAX_CAP (more would mean the same: no limit).
     """
     values: list[int] = []
     for item in limits:
@@ -50,5 +56,5 @@ def current_cap(limits: Sequence[Limit]) -> int:
                 value = 0
         else:
             value = item
-        values.append(max(0, value))
+        values.append(min(max(0, value), MAX_CAP))
     return min(values)

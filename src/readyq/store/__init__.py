@@ -32,6 +32,7 @@ from readyq.dialects import (
     Dialect,
     Listener,
     Notifies,
+    connect,
     dialect_class,
     dialect_from_connection,
 )
@@ -160,7 +161,7 @@ class Store:
         if self._context is None:
             with self._init_lock:
                 if self._context is None:
-                    with self._given_engine.connect() as conn:
+                    with connect(self._given_engine) as conn:
                         dialect = dialect_from_connection(conn)
                         conn.rollback()
                         self._engine = dialect.prepare_engine(

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import contextlib
 from collections import Counter, defaultdict
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from collections.abc import Set as AbstractSet
 from typing import Any
 
@@ -521,17 +521,33 @@ def _take_write_lock(ctx: StoreContext, conn: Connection) -> None:
         conn.execute(sa.update(gate).where(sa.false()).values(seq=gate.c.seq))
 
 
-def _savepoint(ctx: StoreContext, conn: Connection) -> contextlib.AbstractContextManager[object]:
-    """A savepoint where the database has row locks.
+@contextlib.contextmanager
+def _savepoint(ctx: StoreContext, conn: Connection) -> Iterator[None]:
+    """A savepoint where the database has row locks, rolled back if the block raises.
 
     SQLite needs none: its write lock is already held, so the index cannot refuse the
     row, and a constraint error there aborts only the statement anyway. (A savepoint at
     the start of a caller's transaction would even be harmful with Python's sqlite3,
     where releasing it commits.)
+
+    MySQL and MariaDB end the whole transaction at a deadlock, savepoints included, so
+    the ROLLBACK TO SAVEPOINT then fails (error 1305, "SAVEPOINT ... does not exist"):
+    the error that ended the transaction is raised instead, and readyq's retry loop runs
+    the whole unit again (a caller's transaction is the caller's to run again).
     """
-    if ctx.dialect.capabilities.row_locks:
-        return conn.begin_nested()
-    return contextlib.nullcontext()
+    if not ctx.dialect.capabilities.row_locks:
+        yield
+        return
+    savepoint = conn.begin_nested()
+    try:
+        yield
+    except BaseException as exc:
+        try:
+            savepoint.rollback()
+        except sa.exc.DBAPIError:
+            raise exc from exc.__cause__
+        raise
+    savepoint.commit()
 
 
 def _retry_after(exc: sa.exc.IntegrityError, ctx: StoreContext, round_: int) -> bool:

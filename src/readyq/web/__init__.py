@@ -17,7 +17,7 @@ See docs/dashboard.md for the routes, the security model and live updates.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
 from readyq.errors import ConfigurationError
@@ -38,6 +38,7 @@ def create_app(
     secret: bytes | str | None = None,
     title: str = "readyq",
     poll_seconds: float = 5.0,
+    allowed_hosts: Iterable[str] = (),
 ) -> Starlette:
     """The dashboard of ``queue`` (a :class:`readyq.Queue` or :class:`readyq.AsyncQueue`)
     as a Starlette (ASGI) application.
@@ -55,8 +56,15 @@ def create_app(
         title: shown in the header and the window title.
         poll_seconds: how often an open page refreshes its live part (on PostgreSQL
             also at once when a notification says jobs became ready).
+        allowed_hosts: the host names the dashboard is served under, besides
+            ``localhost``, ``127.0.0.1`` and ``[::1]``: a request whose ``Host`` header
+            names another host is answered 400, so that a site whose name its DNS points
+            at this server (DNS rebinding) cannot use the dashboard from the browser.
+            ``*.example.com`` takes every name under example.com; ``*`` takes any host,
+            for an app whose server or proxy checks the Host header itself.
 
-    Raises ConfigurationError when the ``web`` extra is not installed.
+    Raises ConfigurationError when the ``web`` extra is not installed, or for an allowed
+    host that is not a host name (a port, a URL).
     """
     try:
         from readyq.web.app import create_app as build
@@ -66,5 +74,5 @@ def create_app(
         ) from None
     return build(
         queue, read_only=read_only, authorize=authorize, cap=cap, secret=secret, title=title,
-        poll_seconds=poll_seconds,
+        poll_seconds=poll_seconds, allowed_hosts=allowed_hosts,
     )

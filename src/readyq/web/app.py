@@ -17,7 +17,7 @@ import math
 import os
 import secrets
 import urllib.parse
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
@@ -25,6 +25,7 @@ from typing import Any
 import jinja2
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
+from starlette.convertors import Convertor, register_url_convertor
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import (
@@ -40,6 +41,7 @@ from starlette.staticfiles import StaticFiles
 from readyq import admin
 from readyq.errors import (
     AdminError,
+    ConfigurationError,
     InvalidFilter,
     JobNotFound,
     NotCancellable,
@@ -56,22 +58,24 @@ from readyq.listing import (
 )
 from readyq.queue import Queue
 from readyq.reports import INSTANTS, iso, resource_json
+from readyq.schema import MAX_ID
 from readyq.untrusted import one_line
 from readyq.web.live import Changes
 from readyq.web.security import (
     CSRF_COOKIE,
     CSRF_FIELD,
     CSRF_HEADER,
+    LOOPBACK_HOSTS,
     Csrf,
     SecurityHeaders,
+    TrustedHosts,
+    host_pattern,
     origin_allowed,
 )
 
 log = logging.getLogger("readyq.web")
 
 HERE = Path(__file__).resolve().parent
-# The largest id a job can have (a signed 64-bit column): larger ones are not jobs.
-MAX_ID = 2**63 - 1
 # The graph page draws this many jobs at first, and at most MAX_GRAPH_NODES when widened;
 # a larger graph is counted (up to GRAPH_COUNT_LIMIT) and says how much is hidden.
 GRAPH_NODES = 200
@@ -322,6 +326,23 @@ def _page_limit(params: Any) -> int:
         raise InvalidFilter(f"limit must be an integer from 1 to {MAX_LIMIT}") from None
 
 
+class JobIdConvertor(Convertor[int]):
+    """A job id in a path: at most 19 digits, as the largest id has. A longer number is
+    no job (and Python refuses to read one of a few thousand digits): no route matches
+    it, so it is a 404 rather than an error."""
+
+    regex = "[0-9]{1,19}"
+
+    def convert(self, value: str) -> int:
+        return int(value)
+
+    def to_string(self, value: int) -> str:
+        return str(value)
+
+
+register_url_convertor("readyq_job_id", JobIdConvertor())
+
+
 def _job_id(request: Request) -> int:
     job_id = int(request.path_params["job_id"])
     if job_id <= 0 or job_id > MAX_ID:
@@ -338,8 +359,15 @@ def create_app(
     secret: bytes | str | None = None,
     title: str = "readyq",
     poll_seconds: float = POLL_SECONDS,
+    allowed_hosts: Iterable[str] = (),
 ) -> Starlette:
     """The dashboard as an ASGI app; see :func:`readyq.web.create_app`."""
+    if isinstance(allowed_hosts, str):
+        allowed_hosts = [allowed_hosts]
+    try:
+        hosts = {*LOOPBACK_HOSTS, *(host_pattern(h) for h in allowed_hosts)}
+    except (TypeError, ValueError) as exc:
+        raise ConfigurationError(f"allowed_hosts: {exc}") from None
     if isinstance(secret, str):
         secret = secret.encode()
     if cap is not None and (isinstance(cap, bool) or not isinstance(cap, int) or cap < 1):
@@ -596,15 +624,16 @@ def create_app(
         Route("/", overview_page, name="overview"),
         Route("/jobs", jobs_page, name="jobs"),
         Route("/jobs/actions", bulk_action, methods=["POST"], name="bulk"),
-        Route("/jobs/{job_id:int}", job_page, name="job"),
-        Route("/jobs/{job_id:int}/graph", graph_page, name="graph"),
-        Route("/jobs/{job_id:int}/{action}", job_action, methods=["POST"], name="job_action"),
+        Route("/jobs/{job_id:readyq_job_id}", job_page, name="job"),
+        Route("/jobs/{job_id:readyq_job_id}/graph", graph_page, name="graph"),
+        Route("/jobs/{job_id:readyq_job_id}/{action}", job_action, methods=["POST"],
+              name="job_action"),
         Route("/workers", workers_page, name="workers"),
         Route("/api/overview", api_overview),
         Route("/api/jobs", api_jobs),
-        Route("/api/jobs/{job_id:int}", api_job),
-        Route("/api/jobs/{job_id:int}/graph", api_graph),
-        Route("/api/jobs/{job_id:int}/{action}", api_job_action, methods=["POST"]),
+        Route("/api/jobs/{job_id:readyq_job_id}", api_job),
+        Route("/api/jobs/{job_id:readyq_job_id}/graph", api_graph),
+        Route("/api/jobs/{job_id:readyq_job_id}/{action}", api_job_action, methods=["POST"]),
         Route("/api/jobs/{action}", api_bulk, methods=["POST"]),
         Route("/api/workers", api_workers),
         Route("/api/csrf", api_csrf),
@@ -623,6 +652,7 @@ def create_app(
         },
     )
     app.state.dashboard = d
+    app.add_middleware(TrustedHosts, allowed=hosts)
     app.add_middleware(SecurityHeaders)
     return app
 

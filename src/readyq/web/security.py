@@ -8,6 +8,10 @@
   form (or the ``X-CSRF-Token`` header) is that value signed with the app's secret. A
   request from another site can neither read the cookie nor forge the signature. A
   request whose ``Origin`` header names another origin is refused as well.
+* Requests must name, in their ``Host`` header, a host the dashboard is served under
+  (the loopback names and the names it is configured with). Otherwise a page of another
+  site whose name its DNS points at 127.0.0.1 (DNS rebinding) is of the same origin as
+  the dashboard in the browser's eyes, and gets past the Origin and CSRF checks.
 * The standalone server checks HTTP basic credentials (from the environment).
 """
 
@@ -17,8 +21,12 @@ import base64
 import binascii
 import hashlib
 import hmac
+import html
+import ipaddress
+import json
+import re
 import secrets
-from collections.abc import Awaitable, Callable, MutableMapping
+from collections.abc import Awaitable, Callable, Iterable, MutableMapping
 from typing import Any
 
 Scope = MutableMapping[str, Any]
@@ -132,5 +140,118 @@ class BasicAuth:
                 (b"content-length", str(len(body)).encode()),
                 *SECURITY_HEADERS,
             ],
+        })
+        await send({"type": "http.response.body", "body": body})
+
+
+# The names a dashboard answers under whatever it is configured with: a page of another
+# site cannot make a browser send them.
+LOOPBACK_HOSTS = ("localhost", "127.0.0.1", "[::1]")
+_LABEL = r"[a-z0-9_]([a-z0-9_-]*[a-z0-9_])?"
+_HOST_NAME = re.compile(rf"(\*\.)?{_LABEL}(\.{_LABEL})*")
+
+
+def host_pattern(value: object) -> str:
+    """A configured host name in the form requests are compared with: lower case, an IPv6
+    address in brackets, ``*.example.com`` for every name under example.com, ``*`` for
+    any host (for an app whose server or proxy checks the Host header itself). Raises
+    ValueError for anything else (a port, a URL, an empty string)."""
+    if not isinstance(value, str):
+        raise ValueError(f"an allowed host must be a host name, not {value!r}")
+    text = value.strip().lower()
+    if text == "*":
+        return text
+    bare = text[1:-1] if text.startswith("[") and text.endswith("]") else text
+    try:
+        address = ipaddress.ip_address(bare)
+    except ValueError:
+        address = None
+    if address is not None:
+        return f"[{address}]" if address.version == 6 else str(address)
+    if text.endswith("."):
+        text = text[:-1]
+    if len(text) > 253 or not _HOST_NAME.fullmatch(text):
+        raise ValueError(
+            f"an allowed host must be a host name or address without scheme, port or path "
+            f"(example.com, *.example.com, 10.0.0.5, [::1], or *), not {value!r}"
+        )
+    return text
+
+
+def host_of(header: str) -> str:
+    """The host of a ``Host`` header, without its port, in the form of
+    :func:`host_pattern` (an empty string when the header is not a host)."""
+    text = header.strip().lower()
+    if text.startswith("["):
+        end = text.find("]")
+        return text[: end + 1] if end > 0 else ""
+    name = text.rsplit(":", 1)[0] if text.count(":") == 1 else text
+    try:
+        return host_pattern(name)
+    except ValueError:
+        return ""
+
+
+def host_allowed(header: str | None, allowed: Iterable[str]) -> bool:
+    """Whether a request with ``Host: header`` is for a host of ``allowed`` (patterns of
+    :func:`host_pattern`); a request without the header is refused, as no browser sends
+    one."""
+    if "*" in allowed:
+        return True
+    host = host_of(header or "")
+    if not host:
+        return False
+    for pattern in allowed:
+        if host == pattern or (
+            pattern.startswith("*.") and host.endswith(pattern[1:])
+        ):
+            return True
+    return False
+
+
+class TrustedHosts:
+    """ASGI middleware: answer 400 to a request whose ``Host`` is not one of ``allowed``
+    (patterns of :func:`host_pattern`), as JSON under ``/api/`` and as a page elsewhere;
+    the host is shown escaped."""
+
+    def __init__(self, app: ASGIApp, allowed: Iterable[str]) -> None:
+        self.app = app
+        self.allowed = frozenset(allowed)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] not in ("http", "websocket"):
+            await self.app(scope, receive, send)
+            return
+        headers = dict(scope.get("headers", []))
+        raw = headers.get(b"host")
+        header = raw.decode("latin-1") if raw is not None else None
+        if host_allowed(header, self.allowed):
+            await self.app(scope, receive, send)
+            return
+        if scope["type"] == "websocket":
+            await send({"type": "websocket.close", "code": 1008})
+            return
+        shown = (header or "")[:100]
+        message = (
+            f"this dashboard is not served under the host {shown!r}: give its name to "
+            "create_app(allowed_hosts=...) or readyq dashboard --allowed-host"
+        )
+        root = str(scope.get("root_path", "")).rstrip("/")
+        path = str(scope.get("path", ""))
+        if path.startswith(root):  # Starlette keeps the mount's prefix in the path
+            path = path[len(root):]
+        if path.startswith("/api/"):
+            body = json.dumps({"error": message, "status": 400}).encode()
+            kind = b"application/json"
+        else:
+            body = (
+                "<!doctype html><meta charset=utf-8><title>400 Bad Request</title>"
+                f"<h1>400 Bad Request</h1><p>{html.escape(message)}</p>\n"
+            ).encode()
+            kind = b"text/html; charset=utf-8"
+        await send({
+            "type": "http.response.start",
+            "status": 400,
+            "headers": [(b"content-type", kind), (b"content-length", str(len(body)).encode())],
         })
         await send({"type": "http.response.body", "body": body})
