@@ -462,11 +462,15 @@ def retry(queue: Queue, job_id: int, *, extra_attempts: int = 1) -> RetryResult:
 def cancel(queue: Queue, job_id: int) -> CancelResult:
     """``Queue.cancel`` plus the states before and after. Raises NotCancellable for a job
     that had already ended, JobNotFound for a missing one."""
+    job_id = check_job_id(job_id)
+    queue.check_open()
     before = queue.get(job_id).state.value
-    if not queue.cancel(job_id):
+    done = queue.store.cancel(job_id)
+    if done is None:
         after = queue.get(job_id).state.value
         raise NotCancellable(f"job {job_id} has already ended ({after}); nothing to cancel")
-    return CancelResult(job_id=job_id, before=before, after=queue.get(job_id).state.value)
+    return CancelResult(job_id=job_id, before=before, after=queue.get(job_id).state.value,
+                        ended=done.ended, stopping=done.requested)
 
 
 def prune(

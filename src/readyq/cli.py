@@ -52,6 +52,7 @@ the output went away (e.g. piped into head). `readyq COMMAND --help` describes a
 # status keeps `set -o pipefail` scripts seeing what they see from cat or grep. Exit 1
 # (the Python docs' example) would read as "the operation could not be done" here.
 EXIT_BROKEN_PIPE = 141
+EXIT_INTERRUPTED = 130  # 128 + SIGINT, as shells report a Ctrl-C
 SHELLS = ("bash", "zsh", "fish")
 
 
@@ -196,7 +197,7 @@ def _parser() -> argparse.ArgumentParser:
         "--run-after",
         default=None,
         metavar="SECONDS|ISO8601",
-        help="a delay in seconds, or an ISO 8601 time (naive means UTC)",
+        help="a delay in seconds, or an ISO 8601 time with its offset (Z for UTC)",
     )
     p.add_argument("--max-attempts", type=int, default=None, help="attempts before failing")
     p.add_argument(
@@ -576,7 +577,7 @@ def _filter_parser() -> argparse.ArgumentParser:
         default=None,
         metavar="DURATION|ISO8601",
         help="created (see --time) at or after: a duration ago (1h, 7d, 90m) or an ISO 8601 "
-        "time (naive means UTC)",
+        "time with its offset (Z for UTC)",
     )
     g.add_argument(
         "--until", default=None, metavar="DURATION|ISO8601", help="created (see --time) before"
@@ -1003,7 +1004,11 @@ def cmd_worker(args: argparse.Namespace) -> int:
         + ("" if args.until_idle else "; Ctrl-C to stop"),
         file=sys.stderr,
     )
-    stats = worker.run(until_idle=args.until_idle)
+    code = 0
+    try:
+        stats = worker.run(until_idle=args.until_idle)
+    except KeyboardInterrupt:  # stopped gracefully on Ctrl-C: the stats, then 130
+        stats, code = worker.stats, EXIT_INTERRUPTED
     if args.json:
         _print_json({"worker_id": worker.worker_id, **asdict(stats)})
     else:
@@ -1012,7 +1017,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
             f"retried {stats.retried}, failed {stats.failed}, cancelled {stats.cancelled}, "
             f"reclaimed {stats.reclaimed}"
         )
-    return 0
+    return code
 
 
 def render_status(st: Any, database: str, prefix: str, *, max_rows: int | None = None) -> Any:
@@ -1395,6 +1400,12 @@ def cmd_cancel(args: argparse.Namespace) -> int:
             f"job {args.id} is {result.after}: cancel requested; the handler sees "
             "job.cancelled at its next heartbeat"
         )
+    elif result.after == "active":  # a container: it ends when its children have
+        _say(
+            f"container {args.id}: {result.ended} waiting or ready job(s) cancelled, cancel "
+            f"requested for {result.stopping} running job(s); it ends cancelled once they "
+            "have stopped"
+        )
     else:
         _say(f"job {args.id} cancelled ({result.before} -> {result.after})")
     return 0
@@ -1663,6 +1674,16 @@ def _error_line(text: str | None, limit: int = 60) -> str:
     return line if len(line) <= limit else line[: limit - 1] + "…"
 
 
+def _attempts_cell(j: Any) -> str:
+    """Attempts made of those allowed; a container never runs, and a job enqueued
+    without a limit learns its handler's when it first runs."""
+    if j.is_container:
+        return "-"
+    if j.max_attempts is None:
+        return f"{j.attempts} (handler's)"
+    return f"{j.attempts}/{j.max_attempts}"
+
+
 def cmd_jobs(args: argparse.Namespace) -> int:
     from rich.table import Table
 
@@ -1695,7 +1716,7 @@ def cmd_jobs(args: argparse.Namespace) -> int:
             _text(j.type + (" (container)" if j.is_container else "")),
             _state(j.state.value),
             _text(j.group),
-            _text(f"{j.attempts}/{j.max_attempts}"),
+            _text(_attempts_cell(j)),
             _text("-" if created is None else f"{_ago(created)} ago"),
             _text("-" if finished is None else f"{_ago(finished)} ago"),
             _text(_error_line(j.error)),
@@ -1944,7 +1965,7 @@ def _main(argv: Sequence[str] | None) -> int:
         _say(f"readyq: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
-        return 130
+        return EXIT_INTERRUPTED
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -243,10 +243,14 @@ class Job:
         type: the handler key.
         args: the decoded JSON args; an instance of the handler's ``args_model`` when it
             has one (see :meth:`readyq.Queue.handler`).
-        attempt: 1 for the first run, 2 for the first retry... Use ``(id, attempt)`` to
-            build idempotency keys for side effects.
+        attempt: 1 for the first run, 2 for the first retry... (a run handed back unrun
+            by a stopping worker is not charged: the next one has the same number).
         group: the fair-share group.
         parent_id: the container the job belongs to, if any.
+        lease_token: grows at every claim of the job and is never reset: build
+            idempotency keys for side effects from ``(id, lease_token)``, which never
+            repeats.
+        worker_id: the worker that runs this attempt.
     """
 
     id: int

@@ -960,7 +960,7 @@ class Queue:
         Raises JobNotFound, or InvalidJobId for a value that cannot be a job id.
         """
         self.check_open()
-        return self.store.cancel(check_job_id(job_id, "job id"))
+        return self.store.cancel(check_job_id(job_id, "job id")) is not None
 
     def close_container(self, job_id: int) -> None:
         """End an empty container ``done``, as if its last child had ended done.

@@ -369,9 +369,16 @@ class RetryResult:
 
 @dataclass(frozen=True)
 class CancelResult:
+    """A cancel of one job: its state ``before`` and ``after``; ``ended``: jobs ended
+    ``cancelled`` at once (the job, or a container's waiting and ready children, and
+    the empty containers in it); ``stopping``: running jobs asked to stop (they end at
+    their next heartbeat, or done if they return first)."""
+
     job_id: int
     before: str
     after: str
+    ended: int = 0
+    stopping: int = 0
 
     @property
     def requested(self) -> bool:
@@ -384,6 +391,8 @@ class CancelResult:
             "before": self.before,
             "after": self.after,
             "requested": self.requested,
+            "ended": self.ended,
+            "stopping": self.stopping,
         }
 
 

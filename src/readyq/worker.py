@@ -401,6 +401,9 @@ class Worker:
         self._running: dict[int, RunningAttempt] = {}
         self._inbox = _Inbox()
         self._stop = threading.Event()
+        # Whether the run was ended by Ctrl-C (SIGINT), which ``run`` raises again once
+        # the worker has stopped.
+        self._interrupted = False
         self._last_reclaim = 0.0
         # The leases of running attempts are extended apart from the loop (see
         # readyq.heartbeats); attempts lost or given up there wait here for the loop.
@@ -517,7 +520,9 @@ class Worker:
 
         With ``handle_signals`` and in the main thread, SIGTERM and SIGINT call
         ``stop(shutdown_grace)`` (a second signal ends the grace period at once); the
-        previous handlers are restored on return. With ``freeze_gc`` (the default), the
+        previous handlers are restored on return. After SIGTERM it returns; after
+        SIGINT (Ctrl-C) it raises KeyboardInterrupt once the worker has stopped, as
+        Ctrl-C does everywhere else. With ``freeze_gc`` (the default), the
         objects that exist when it starts are left out of the garbage collector's passes
         until it returns (see ``frozen_heap``).
         """
@@ -533,6 +538,7 @@ class Worker:
         except KeyboardInterrupt:
             log.info("worker %s interrupted", self.worker_id,
                      extra={"event": "worker_interrupted", "worker_id": self.worker_id})
+            self._interrupted = True
             self._stop.set()
         finally:
             listener = self._listener
@@ -547,6 +553,10 @@ class Worker:
         log.info("worker %s stopped: %s", self.worker_id, self.stats,
                  extra={"event": "worker_stopped", "worker_id": self.worker_id,
                         "stats": asdict(self.stats)})
+        if self._interrupted:
+            # Ctrl-C stops the worker gracefully, then goes on as Ctrl-C does: the
+            # caller's script does not carry on as if the worker had finished.
+            raise KeyboardInterrupt
         return self.stats
 
     def _start_heartbeats(self) -> Callable[[], None]:
@@ -612,6 +622,27 @@ class Worker:
         self.store.dialect  # noqa: B018 - connects on first use
         self._connected = True
         log.info("worker %s connected to %s", self.worker_id, self.store.dialect.database)
+        self._warn_of_foreign_types()
+
+    def _warn_of_foreign_types(self) -> None:
+        """Warn once of ready jobs of types this queue has no handler for: under a table
+        prefix that two applications share, each one's workers would leave the other's
+        jobs to it, and run those whose type names match their own handlers'."""
+        try:
+            foreign = [t for t in self.store.ready_types() if t not in self.handlers]
+        except Exception as exc:  # a diagnostic: the loop meets a real problem itself
+            log.debug("worker %s: ready types not read (%s)", self.worker_id, describe(exc))
+            return
+        if foreign:
+            log.warning(
+                "worker %s: ready jobs of %d type(s) no handler of this queue runs (%s) "
+                "under the table prefix %s; if another application uses this prefix, give "
+                "each application its own (Queue(url, prefix=...))",
+                self.worker_id, len(foreign), one_line(", ".join(foreign[:5])),
+                self.store.tables.prefix,
+                extra={"event": "foreign_types", "worker_id": self.worker_id,
+                       "job_types": foreign},
+            )
 
     def _outlives(self, exc: BaseException) -> bool:
         """Whether a failed tick is waited out: a transient failure (see
@@ -670,6 +701,8 @@ class Worker:
             return {}
 
         def on_signal(signum: int, frame: Any) -> None:
+            if signum == signal.SIGINT:
+                self._interrupted = True
             self.stop(0.0 if self._stop.is_set() else self.shutdown_grace)
 
         previous: dict[int, Any] = {}

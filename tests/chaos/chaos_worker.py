@@ -51,6 +51,7 @@ SKEW = _skew(sys.argv)
 if SKEW:
     time.time = lambda: _real_time() + SKEW
 
+import contextlib  # noqa: E402
 import json  # noqa: E402
 import logging  # noqa: E402
 import os  # noqa: E402
@@ -216,7 +217,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if _early_stop:
             worker.stop()
-        worker.run()
+        # SIGINT: the worker stopped and raised it again; this script exits 0.
+        with contextlib.suppress(KeyboardInterrupt):
+            worker.run()
     finally:
         active.wait_idle(10.0)
         if args.stats_file:

@@ -157,3 +157,13 @@ def test_prune_dry_run_counts_and_deletes_nothing(migrated: Run, mq: readyq.Queu
     real = migrated("prune", "--older-than", "1d", "--json").json()
     assert (real["deleted"], real["dry_run"]) == (2, False)
     assert len(mq.jobs()) == 3
+
+
+def test_the_attempts_column_says_what_it_knows(migrated: Run, mq: readyq.Queue) -> None:
+    box = mq.enqueue_container("box")
+    free = readyq.Queue(mq.engine).enqueue("other")  # no handler here: its own decides
+    fixed = mq.enqueue("bad", max_attempts=4)
+    out = migrated("jobs").out
+    cells = [line.split("│") for line in out.splitlines() if line.count("│") > 6]
+    rows = {int(c[1]): c[5].strip() for c in cells if c[1].strip().isdigit()}
+    assert rows == {box: "-", free: "0 (handler's)", fixed: "0/4"}, out

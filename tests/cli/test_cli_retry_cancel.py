@@ -5,7 +5,7 @@ from __future__ import annotations
 import readyq
 from readyq import JobState
 
-from .support import Run, run_until_idle
+from .support import Run, run_until_idle, set_rows
 
 
 def test_retry_revives_a_failed_job_and_what_failed_because_of_it_then_it_runs(
@@ -166,3 +166,19 @@ def test_close_ends_an_empty_container_and_refuses_the_rest(
     assert again.code == 1 and "has already ended (done)" in again.err
     other = mq.enqueue_container("batch")
     assert cli("close", str(other), "--json").json() == {"id": other, "state": "done"}
+
+
+def test_cancel_of_a_container_says_what_it_did(migrated: Run, mq: readyq.Queue) -> None:
+    box = mq.enqueue_container("pipeline")
+    running = mq.enqueue("t", parent=box)
+    mq.enqueue("t", parent=box)
+    mq.enqueue("t", parent=box, depends_on=[running])
+    set_rows(mq, [running], state="running", lease_owner="w", lease_token=1,
+             attempts=1, lease_expires=10**10)
+    result = migrated("cancel", str(box))
+    assert result.code == 0, result.err
+    assert result.out.strip() == (
+        f"container {box}: 2 waiting or ready job(s) cancelled, cancel requested for 1 "
+        "running job(s); it ends cancelled once they have stopped"
+    )
+    assert migrated("cancel", str(box), "--json").json()["stopping"] == 1

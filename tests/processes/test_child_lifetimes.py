@@ -119,7 +119,8 @@ def test_a_grandchild_in_its_own_session_dies_at_the_timeout(
     queue: readyq.Queue, tmp_path: Path
 ) -> None:
     pid_file = tmp_path / "grandchild.pid"
-    queue.handler("spawning", isolation="process", timeout=1.0,
+    # The timeout counts from the claim: room for the spawner's first start on a busy host.
+    queue.handler("spawning", isolation="process", timeout=5.0,
                   max_attempts=1)(handlers.with_grandchild)
     job_id = queue.enqueue("spawning", {"pid_file": str(pid_file)})
     holder: dict[str, int] = {}

@@ -29,8 +29,12 @@ def normalize(limits: Limits) -> tuple[Limit, ...]:
             raise ConfigurationError(
                 f"a concurrency limit must be an int or a callable returning one, not {item!r}"
             )
-        if isinstance(item, int) and item < 0:
-            raise ConfigurationError(f"a concurrency limit cannot be negative: {item}")
+        if isinstance(item, int) and item < 1:
+            # A worker that may never start a job would idle for ever; a callable may
+            # still read 0 at a tick (an external limit spent for now).
+            raise ConfigurationError(
+                f"a concurrency limit given as a number must be at least 1, not {item}"
+            )
         if isinstance(item, int) and item > MAX_CAP:
             raise ConfigurationError(f"a concurrency limit is at most {MAX_CAP:,}, not {item}")
     return items

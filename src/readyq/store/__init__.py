@@ -346,12 +346,14 @@ class Store:
         :mod:`readyq.store.resource_claim`)."""
         if cap <= 0 or limit <= 0:
             return []
-        return self.write(
+        claimed = self.write(
             lambda conn: self._claim(
                 conn, owner, cap, limit, ttl, types, None, rate_limits, resources
             ).read(),
             what="claim",
         )
+        self._capacities.committed()
+        return claimed
 
     def _claim(
         self,
@@ -427,6 +429,7 @@ class Store:
             return {}, []
         # The claimed rows are read once committed: the gate row is released sooner.
         applied, receipt = self.write(unit, what="cycle", lost_commit=lost)
+        self._capacities.committed()
         return applied, receipt.read()
 
     def dry_run_cycle(
@@ -495,6 +498,11 @@ class Store:
                 self.context, conn, defined, handler_uses or {}
             )
         )
+
+    def ready_types(self, limit: int = 20) -> list[str]:
+        """The distinct types of ready jobs, in order, at most ``limit`` (see
+        :func:`readyq.store.inspection.ready_types`)."""
+        return self.read(lambda conn: inspection.ready_types(self.context, conn, limit))
 
     def runnable_exists(self, types: Sequence[str] | None, *, costed: bool = False) -> bool:
         """Whether any job of ``types`` is runnable now: one lock-free read (``costed``:
@@ -591,8 +599,9 @@ class Store:
 
     # -- control ------------------------------------------------------------------------
 
-    def cancel(self, job_id: int) -> bool:
-        """Cancel a job; see ``Queue.cancel``."""
+    def cancel(self, job_id: int) -> control.Cancelled | None:
+        """Cancel a job; see ``Queue.cancel``. None when it had already ended, else what
+        the cancel did (see :class:`readyq.store.control.Cancelled`)."""
         return self.write(lambda conn: control.cancel(self.context, conn, job_id), what="cancel")
 
     def close_container(self, job_id: int) -> None:

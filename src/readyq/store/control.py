@@ -28,8 +28,26 @@ from readyq.store.inspection import CHUNK, chunks
 TERMINAL = tuple(sorted(s.value for s in TERMINAL_STATES))
 
 
-def cancel(ctx: StoreContext, conn: Connection, job_id: int) -> bool:
-    """Cancel a job; see ``Queue.cancel``. Returns False if it had already ended."""
+@dataclass
+class Cancelled:
+    """What a cancel did: jobs ended ``cancelled`` at once (waiting or ready ones, and
+    empty containers), and running ones asked to stop."""
+
+    ended: int = 0
+    requested: int = 0
+
+    def add(self, other: Cancelled) -> None:
+        self.ended += other.ended
+        self.requested += other.requested
+
+
+def cancel(ctx: StoreContext, conn: Connection, job_id: int) -> Cancelled | None:
+    """Cancel a job; see ``Queue.cancel``. Returns None if it had already ended.
+
+    A container is marked as cancelled and its children are cancelled: when they have
+    all ended it ends ``cancelled`` (``done`` if every one of them still ended done),
+    never ``failed`` (see :func:`readyq.store.graph.propagate`).
+    """
     j = ctx.tables.jobs
     now = ctx.now
     row = conn.execute(
@@ -45,13 +63,17 @@ def cancel(ctx: StoreContext, conn: Connection, job_id: int) -> bool:
             .values(state="cancelled", error="cancelled", finished_at=now, updated_at=now)
         )
         propagate(ctx, conn, [(job_id, "cancelled", row.parent_id)])
-        return True
+        return Cancelled(ended=1)
     if state in IN_FLIGHT_STATES:
         conn.execute(
             sa.update(j).where(j.c.id == job_id).values(cancel_requested=True, updated_at=now)
         )
-        return True
+        return Cancelled(requested=1)
     if state == "active":
+        conn.execute(
+            sa.update(j).where(j.c.id == job_id).values(cancel_requested=True, updated_at=now)
+        )
+        done = Cancelled()
         children = conn.execute(
             sa.select(j.c.id).where(
                 j.c.parent_id == job_id, j.c.state.in_((*UNFINISHED_STATES, "active"))
@@ -61,7 +83,9 @@ def cancel(ctx: StoreContext, conn: Connection, job_id: int) -> bool:
             .order_by(j.c.id)
         ).scalars().all()
         for child in children:
-            cancel(ctx, conn, int(child))
+            part = cancel(ctx, conn, int(child))
+            if part is not None:
+                done.add(part)
         still = conn.execute(sa.select(j.c.state).where(j.c.id == job_id)).scalar_one()
         if still == "active" and not children:
             conn.execute(
@@ -70,8 +94,9 @@ def cancel(ctx: StoreContext, conn: Connection, job_id: int) -> bool:
                 .values(state="cancelled", error="cancelled", finished_at=now, updated_at=now)
             )
             propagate(ctx, conn, [(job_id, "cancelled", row.parent_id)])
-        return True
-    return False
+            done.ended += 1
+        return done
+    return None
 
 
 def close_container(ctx: StoreContext, conn: Connection, job_id: int) -> None:
@@ -512,7 +537,7 @@ def bulk_batch(
                     done.add(i)
                     tally.changed.append(i)
         else:
-            if cancel(ctx, conn, job_id):
+            if cancel(ctx, conn, job_id) is not None:
                 done.add(job_id)
                 if r.state in IN_FLIGHT_STATES:
                     tally.requested += 1

@@ -46,8 +46,11 @@ from readyq.store.records import BatchJob, NewJob
 _STATE_VALUES = {state: state.value for state in JobState}
 _NONE: frozenset[int] = frozenset()
 # Rounds of look-up and insert before a conflict is raised as it is. A round is only
-# repeated when the job that held the key ended between the conflict and the look-up.
-MAX_ROUNDS = 5
+# repeated when the job that held the key ended between the conflict and the look-up,
+# and another enqueue may take the key again before the next insert: under heavy churn
+# of a few keys (jobs of one key cancelled as fast as they come) five rounds were seen
+# to run out on PostgreSQL. Each round is a savepoint and two reads.
+MAX_ROUNDS = 50
 
 
 def insert_job(ctx: StoreContext, conn: Connection, job: NewJob) -> int:

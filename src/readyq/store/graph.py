@@ -158,13 +158,17 @@ def _roll_up(
         return ended
     parents = conn.execute(
         sa.select(
-            j.c.id, j.c.state, j.c.open_children, j.c.failed_children, j.c.parent_id
+            j.c.id, j.c.state, j.c.open_children, j.c.failed_children, j.c.parent_id,
+            j.c.cancel_requested,
         ).where(j.c.id.in_(sorted(children)))
     ).all()
     for p in parents:
         if p.state != "active" or p.open_children > 0:
             continue
-        final = "done" if p.failed_children == 0 else "failed"
+        # A container an operator cancelled ends cancelled, not failed, for the children
+        # the cancel ended (done still, if every child did end done).
+        final = "done" if p.failed_children == 0 else (
+            "cancelled" if p.cancel_requested else "failed")
         error = None if final == "done" else f"{p.failed_children} child job(s) did not end done"
         rolled = conn.execute(
             sa.update(j)

@@ -86,6 +86,25 @@ def job_info(ctx: StoreContext, conn: Connection, job_id: int) -> JobInfo:
     return info_from_row(row, tuple(int(x) for x in deps))
 
 
+def ready_types(ctx: StoreContext, conn: Connection, limit: int) -> list[str]:
+    """The distinct types of ready jobs, in order, at most ``limit`` of them: a skip
+    scan of the index of ready jobs by type, one probe per type found."""
+    t = ctx.tables
+    j = t.jobs
+    column = j.c.type if t.traits.partial_indexes else j.c.ready_type
+    ready = state_in(t, "ready") if t.traits.partial_indexes else column.is_not(None)
+    found: list[str] = []
+    while len(found) < limit:
+        probe = sa.select(sa.func.min(column)).where(ready)
+        if found:
+            probe = probe.where(column > found[-1])
+        nxt = conn.execute(probe).scalar()
+        if nxt is None:
+            break
+        found.append(str(nxt))
+    return found
+
+
 def state_counts(ctx: StoreContext, conn: Connection) -> dict[str, int]:
     """Number of jobs per state."""
     j = ctx.tables.jobs

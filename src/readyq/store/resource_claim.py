@@ -70,10 +70,17 @@ SEEN_REFRESH = 30.0
 
 class CapacityLog:
     """The capacities this store last wrote to ``<prefix>resources``, so that a claim
-    writes one only when it changed (or has not been written for a while)."""
+    writes one only when it changed (or has not been written for a while).
+
+    A claim stages what it wrote (:meth:`stage`); the store makes it count once the
+    transaction committed (:meth:`committed`). A transaction rolled back (a worker's
+    rehearsal at start, a deadlock) leaves nothing written, and the next claim writes
+    again.
+    """
 
     def __init__(self) -> None:
         self.written: dict[str, tuple[int, float]] = {}
+        self.staged: dict[str, int] = {}
 
     def due(self, capacity: Mapping[str, int]) -> dict[str, int]:
         now = time.monotonic()
@@ -85,10 +92,14 @@ class CapacityLog:
             or now - seen[1] >= SEEN_REFRESH
         }
 
-    def wrote(self, capacity: Mapping[str, int]) -> None:
+    def stage(self, capacity: Mapping[str, int]) -> None:
+        self.staged = dict(capacity)
+
+    def committed(self) -> None:
         now = time.monotonic()
-        for name, value in capacity.items():
+        for name, value in self.staged.items():
             self.written[name] = (value, now)
+        self.staged = {}
 
 
 def record_capacities(
@@ -121,6 +132,7 @@ def claim_weighed(
     """Claim up to ``limit`` jobs under the global ``cap`` and every resource's
     capacity in ``view``, in the open transaction (see the module's doc)."""
     t, d = ctx.tables, ctx.dialect
+    log.stage({})  # this transaction's, whatever an earlier one staged
     open_claim(ctx, conn)
     now = ctx.now
     # Where claims lock rows rather than the database, the ready groups are counted
@@ -134,9 +146,9 @@ def claim_weighed(
             return NOTHING
     gate = lock_gate(ctx, conn)
     due = log.due(view.capacity)
+    log.stage(due)
     if due:
         record_capacities(ctx, conn, due)
-        log.wrote(due)
     budget = None
     if ready is None:
         if rate_limits:
