@@ -104,7 +104,7 @@ def test_cancel_and_retry_of_a_cancelled_job(migrated: Run, mq: readyq.Queue) ->
     c = mq.enqueue("step", {})
     as_json = cli("cancel", str(c), "--json")
     assert as_json.json() == {"job_id": c, "before": "ready", "after": "cancelled",
-                              "requested": False}
+                              "requested": False, "ended": 1, "stopping": 0}
 
 
 def test_retry_inside_nested_containers_reopens_each_level(migrated: Run, mq: readyq.Queue) -> None:

@@ -56,7 +56,7 @@ def test_status_counts_groups_in_flight_oldest_ready_and_workers(
         assert frame.code == 0 and worker.worker_id in frame.out and "Jobs per group" in frame.out
         running = cli("cancel", str(ids[0]), "--json").json()
         assert running == {"job_id": ids[0], "before": "running", "after": "running",
-                           "requested": True}
+                           "requested": True, "ended": 0, "stopping": 1}
     finally:
         release.set()
         worker.stop()

@@ -279,14 +279,15 @@ def test_cancelling_a_container_cancels_its_pending_children(
         assert info.state in (JobState.CANCELLED, JobState.UPSTREAM_FAILED), (child, info.state)
     assert queue.get(ready[1]).state is JobState.CANCELLED
     assert queue.get(deep).state is JobState.CANCELLED
-    # Containers roll up as usual: children that did not end done make them failed.
-    assert queue.get(inner).state is JobState.FAILED
+    # A cancelled container, and every container inside it, ends cancelled once its
+    # children have ended: never failed, since nothing in it failed.
+    assert queue.get(inner).state is JobState.CANCELLED
     info = queue.get(box)
-    assert info.state is JobState.FAILED
+    assert info.state is JobState.CANCELLED
     assert info.finished_at is not None
     dep = queue.get(after_box)
     assert dep.state is JobState.UPSTREAM_FAILED
-    assert dep.error == f"dependency {box} ended failed"
+    assert dep.error == f"dependency {box} ended cancelled"
     assert queue.cancel(box) is False
 
     queue.store.clock_offset = 601
@@ -318,7 +319,7 @@ def test_a_container_cancels_its_children_in_id_order(queue: readyq.Queue) -> No
         assert info.state is JobState.UPSTREAM_FAILED, (child, info.state)
         assert info.error == f"dependency {before} ended " + (
             "cancelled" if before == chain[0] else "upstream_failed")
-    assert queue.get(box).state is JobState.FAILED
+    assert queue.get(box).state is JobState.CANCELLED
 
 
 def test_cancelling_an_empty_container(queue: readyq.Queue, calls: Calls) -> None:
@@ -361,4 +362,4 @@ def test_cancelling_a_container_with_a_running_child(queue: readyq.Queue) -> Non
         wait_for(lambda: queue.get(box).is_terminal)
         wait_for(lambda: worker.stats.cancelled == 1)
     assert queue.get(running).state is JobState.CANCELLED
-    assert queue.get(box).state is JobState.FAILED
+    assert queue.get(box).state is JobState.CANCELLED

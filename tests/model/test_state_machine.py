@@ -359,7 +359,9 @@ class QueueModel(RuleBasedStateMachine):
             for p in sorted(parents):
                 c = self.jobs[p]
                 if c.state == "active" and c.open_children <= 0:
-                    final = "done" if c.failed_children == 0 else "failed"
+                    # A container being cancelled ends cancelled, not failed.
+                    final = "done" if c.failed_children == 0 else (
+                        "cancelled" if c.cancel_requested else "failed")
                     err = None if final == "done" else \
                         f"{c.failed_children} child job(s) did not end done"
                     self.end(c, final, err)
@@ -720,31 +722,38 @@ class QueueModel(RuleBasedStateMachine):
 
     def cancel(self, data: st.DataObject) -> None:
         jid = data.draw(st.sampled_from(sorted(self.jobs)), "job")
-        ok = self.step("cancel", lambda: self.store.cancel(jid))
         # Children are cancelled one by one in id order, as model_cancel does: a child
         # whose sibling it depends on went first ends upstream_failed, not cancelled.
-        assert ok == self.model_cancel(jid)
+        did = self.step("cancel", lambda: self.store.cancel(jid))
+        assert (None if did is None else (did.ended, did.requested)) == self.model_cancel(jid)
         self.sync()
 
-    def model_cancel(self, jid: int) -> bool:
+    def model_cancel(self, jid: int) -> tuple[int, int] | None:
+        """What cancelling ``jid`` does to the model: (jobs ended, jobs asked to stop),
+        or None when it had already ended."""
         m = self.jobs[jid]
         if m.state in ("waiting", "ready"):
             self.end(m, "cancelled", "cancelled")
             self.propagate([(jid, "cancelled")])
-            return True
+            return (1, 0)
         if m.state in IN_FLIGHT:
             m.cancel_requested = True
-            return True
+            return (0, 1)
         if m.state == "active":
+            m.cancel_requested = True
             kids = [k.id for k in sorted(self.jobs.values(), key=lambda k: k.id)
                     if k.parent == jid and k.state in (*UNFINISHED, "active")]
+            ended = requested = 0
             for k in kids:
-                self.model_cancel(k)
+                part = self.model_cancel(k)
+                if part is not None:
+                    ended, requested = ended + part[0], requested + part[1]
             if m.state == "active" and not kids:
                 self.end(m, "cancelled", "cancelled")
                 self.propagate([(jid, "cancelled")])
-            return True
-        return False
+                ended += 1
+            return (ended, requested)
+        return None
 
     def advance_clock(self, data: st.DataObject) -> None:
         seconds = data.draw(st.sampled_from((500.0, 4_000.0, 12_000.0)), "seconds")
