@@ -53,6 +53,8 @@ the output went away (e.g. piped into head). `readyq COMMAND --help` describes a
 # (the Python docs' example) would read as "the operation could not be done" here.
 EXIT_BROKEN_PIPE = 141
 EXIT_INTERRUPTED = 130  # 128 + SIGINT, as shells report a Ctrl-C
+# The dependencies and dependents ``readyq show`` lists before it counts the rest.
+SHOW_EDGES = 20
 SHELLS = ("bash", "zsh", "fish")
 
 
@@ -1240,20 +1242,29 @@ def cmd_show(args: argparse.Namespace) -> int:
     if f["result"] is not None:
         table.add_row("result", _text(_short_json(f["result"])))
     console.print(table)
-    for title, refs in (("Depends on", detail.dependencies), ("Needed by", detail.dependents)):
+    for title, refs, states in (
+        ("Depends on", detail.dependencies, detail.dependency_states),
+        ("Needed by", detail.dependents, detail.dependent_states),
+    ):
         if not refs:
             console.print(_text(f"{title}: none"))
             continue
-        t = Table(title=title, title_justify="left")
+        total = sum(states.values())
+        t = Table(title=f"{title}: {total}" if total > SHOW_EDGES else title,
+                  title_justify="left")
         t.add_column("id", justify="right")
         t.add_column("type")
         t.add_column("state")
-        for r in refs:
+        for r in refs[:SHOW_EDGES]:
             t.add_row(
                 _text(r.id),
                 _text(r.type + (" (container)" if r.is_container else "")),
                 _state(r.state),
             )
+        if total > SHOW_EDGES:
+            per_state = ", ".join(f"{n} {s}" for s, n in states.items())
+            t.add_row(_text("..."), _text(f"{total - SHOW_EDGES} more; all: {per_state}",
+                                          "bright_black"), _text(""))
         console.print(t)
     if f["error"]:
         console.print(_text("Error:", "bold red"))
@@ -1271,8 +1282,12 @@ def _short_json(value: Any, limit: int = 500) -> str:
     return text if len(text) <= limit else text[: limit - 20] + f"... ({len(text)} chars)"
 
 
-def render_tree(g: Any) -> Any:
+def render_tree(g: Any, width: int = 80) -> Any:
+    """The graph as a rich tree, as deep as ``width`` columns leave room for a label
+    (each level indents by four); deeper branches end with the command that shows them."""
     from rich.tree import Tree
+
+    max_depth = max(2, (width - 36) // 4)
 
     def label(i: int, relation: str = "") -> Any:
         n = g.nodes[i]
@@ -1286,7 +1301,8 @@ def render_tree(g: Any) -> Any:
         return t
 
     def grow(
-        branch: Any, i: int, up: bool, seen: set[int], via_container: int | None = None
+        branch: Any, i: int, up: bool, seen: set[int], via_container: int | None = None,
+        depth: int = 1,
     ) -> None:
         if up:
             members = set(g.upstream)
@@ -1307,6 +1323,10 @@ def render_tree(g: Any) -> Any:
             kids = [c for c in g.children_of(i) if c in members] if g.nodes[i].is_container else []
         shown = kids[:8]
         links += [(c, "contains ") for c in shown]
+        if links and depth >= max_depth:
+            branch.add(_text(f"... more {'upstream' if up else 'downstream'}: readyq dag {i}",
+                             "bright_black"))
+            return
         for j, relation in links:
             if j in seen:
                 node = label(j, relation)
@@ -1315,7 +1335,8 @@ def render_tree(g: Any) -> Any:
                 continue
             seen.add(j)
             grow(
-                branch.add(label(j, relation)), j, up, seen, i if relation == "contains " else None
+                branch.add(label(j, relation)), j, up, seen,
+                i if relation == "contains " else None, depth + 1,
             )
         if len(kids) > len(shown):
             rest: dict[str, int] = {}
@@ -1355,7 +1376,8 @@ def cmd_dag(args: argparse.Namespace) -> int:
     elif args.format == "dot":
         sys.stdout.write(admin.to_dot(g))
     else:
-        _console().print(render_tree(g))
+        console = _console()
+        console.print(render_tree(g, console.width))
     return 0
 
 

@@ -253,7 +253,10 @@ INSTANTS = (
 
 @dataclass(frozen=True)
 class JobDetail:
-    """Everything about one job: its row, its edges and, for a container, its children."""
+    """Everything about one job: its row, its edges and, for a container, its children.
+
+    ``dependencies`` and ``dependents`` hold the first 100 of each, by id;
+    ``dependency_states`` and ``dependent_states`` count all of them per state."""
 
     fields: dict[str, Any]
     dependencies: list[JobRef]
@@ -261,6 +264,8 @@ class JobDetail:
     parent: JobRef | None
     children: dict[str, int]
     now: float
+    dependency_states: dict[str, int] = field(default_factory=dict)
+    dependent_states: dict[str, int] = field(default_factory=dict)
     # For a ready job that takes resources: what holds it back, per resource.
     waits_for: list[str] = field(default_factory=list)
 
@@ -274,6 +279,8 @@ class JobDetail:
             out[name] = iso(out[name])
         out["dependencies"] = [d.to_json() for d in self.dependencies]
         out["dependents"] = [d.to_json() for d in self.dependents]
+        out["dependency_states"] = self.dependency_states
+        out["dependent_states"] = self.dependent_states
         out["parent"] = None if self.parent is None else self.parent.to_json()
         if self.fields["is_container"]:
             out["children"] = self.children

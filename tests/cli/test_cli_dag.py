@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 import readyq
 
 from .support import Run
@@ -74,3 +76,33 @@ def test_dag_formats_contain_the_edges(migrated: Run, mq: readyq.Queue) -> None:
     assert missing.one_line_error and missing.code == 1 and "no job with id 31337" in missing.err
     too_big = cli("dag", str(b), "--max-nodes", "0")
     assert too_big.one_line_error and too_big.code == 2
+
+
+def test_a_long_chain_fits_eighty_columns_and_shows_both_ways(
+    migrated: Run, mq: readyq.Queue, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    ids = mq.enqueue_many([readyq.JobSpec("step", key=f"s{i}",
+                                          depends_on=[f"s{i - 1}"] if i else [])
+                           for i in range(300)])
+    monkeypatch.setenv("COLUMNS", "80")
+    out = migrated("dag", str(ids[250])).out
+    lines = out.splitlines()
+    assert all(len(line) <= 80 for line in lines), max(lines, key=len)
+    # Every job shown is whole on its line, and the tree says where it stops.
+    assert all("step" in line for line in lines if "#" in line)
+    assert "needs (upstream)" in out and "needed by (downstream)" in out
+    assert f"#{ids[251]} step" in out and f"#{ids[249]} step" in out
+    assert "more upstream: readyq dag" in out
+
+
+def test_show_lists_the_first_dependencies_and_counts_the_rest(
+    migrated: Run, mq: readyq.Queue
+) -> None:
+    ups = mq.enqueue_many([readyq.JobSpec("step") for _ in range(130)])
+    fan_in = mq.enqueue("step", depends_on=ups)
+    out = migrated("show", str(fan_in)).out
+    assert "Depends on: 130" in out
+    assert "110 more; all: 130 ready" in out
+    assert out.count(" step ") <= 21 + 1
+    shown = migrated("show", str(fan_in), "--json").json()
+    assert len(shown["dependencies"]) == 100 and shown["dependency_states"] == {"ready": 130}

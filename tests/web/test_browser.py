@@ -224,10 +224,13 @@ def test_a_container_s_graph_draws_the_database_s_jobs(
         int(nodes.nth(i).get_attribute("data-job-id")): nodes.nth(i).get_attribute("data-state")
         for i in range(nodes.count())
     }
+    # The container is drawn once, as a box around its children, labelled with its type.
+    box = page.locator(f"#graph g.cluster[data-container-id='{p.box}']")
+    assert box.count() == 1 and p.box not in drawn
+    drawn[p.box] = box.get_attribute("data-state")
+    assert f"#{p.box} {graph.nodes[p.box].type}" in box.text_content()
     assert drawn == {i: n.state for i, n in graph.nodes.items()}
     assert set(drawn) == {p.fetch, p.parse, p.box, *p.chunks, p.report}
-    # The container is drawn as a box around its children.
-    assert page.locator(f"#graph g.cluster[data-container-id='{p.box}']").count() == 1
     edges = page.locator("#graph svg path.edge")
     assert edges.count() == len(graph.deps)
     shoot(page, tmp_path, "graph-box", served)
@@ -253,7 +256,8 @@ def test_a_graph_of_5000_jobs_is_cut_and_can_be_widened(
     summary = page.locator("#graph-summary")
     assert summary.get_attribute("data-shown") == "200"
     assert summary.get_attribute("data-hidden") == "4801"
-    assert page.locator("#graph svg g.node").count() == 200
+    # The container in its box, and 199 of its children.
+    assert page.locator("#graph svg g.node, #graph svg g.cluster").count() == 200
     page.click("[data-action=widen]")
     page.wait_for_selector("#graph[data-drawn='400']")
     # The page answers while and after it lays out 800 jobs.

@@ -477,3 +477,15 @@ def test_the_overview_and_its_api_list_what_is_stuck(
     queue.close_container(box)
     assert 'id="stuck"' not in client.get("/").text
     assert queue.get(after).state is JobState.READY
+
+
+def test_the_graph_api_names_what_is_stuck(client: Any, queue: readyq.Queue) -> None:
+    """An empty container with nothing to wait for is stuck; the graph says so, and a
+    job that depends on it is not."""
+    box = queue.enqueue_container("forgotten")
+    after = queue.enqueue("t", depends_on=[box])
+    jobs = queue.store.tables.jobs
+    with queue.engine.begin() as conn:  # unchanged for longer than the overview's minute
+        conn.execute(jobs.update().where(jobs.c.id == box).values(updated_at=0.0))
+    data = client.get(f"/api/jobs/{after}/graph").json()
+    assert data["stuck"] == [box]

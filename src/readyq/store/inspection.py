@@ -6,7 +6,7 @@ Each is one read-only unit; none takes a lock. Instants come from the database's
 
 from __future__ import annotations
 
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
@@ -487,9 +487,14 @@ def _ref(row: Any) -> JobRef:
     )
 
 
+# The dependencies and dependents of one job read in full; beyond, they are counted.
+EDGE_ROWS = 100
+
+
 def job_detail(ctx: StoreContext, conn: Connection, job_id: int) -> JobDetail:
-    """The job's fields, its dependencies with their states, its dependents, its parent
-    and (for a container) its children per state. Raises JobNotFound."""
+    """The job's fields, its first ``EDGE_ROWS`` dependencies and dependents with their
+    states and all of them counted per state, its parent and (for a container) its
+    children per state. Raises JobNotFound."""
     t = ctx.tables
     j, d = t.jobs, t.deps
     now = float(conn.execute(sa.select(ctx.now)).scalar_one())
@@ -529,24 +534,32 @@ def job_detail(ctx: StoreContext, conn: Connection, job_id: int) -> JobDetail:
         value = m[name]
         fields[name] = None if value is None else float(value)
     cols = (j.c.id, j.c.type, j.c.state, j.c.is_container)
-    deps = [
-        _ref(r)
-        for r in conn.execute(
-            sa.select(*cols)
-            .select_from(d.join(j, j.c.id == d.c.depends_on_id))
-            .where(d.c.job_id == job_id)
-            .order_by(j.c.id)
+    edges = {
+        "dependencies": (d.join(j, j.c.id == d.c.depends_on_id), d.c.job_id == job_id),
+        "dependents": (d.join(j, j.c.id == d.c.job_id), d.c.depends_on_id == job_id),
+    }
+    refs: dict[str, list[JobRef]] = {}
+    by_state: dict[str, dict[str, int]] = {}
+    for name, (joined, where) in edges.items():
+        refs[name] = [
+            _ref(r)
+            for r in conn.execute(
+                sa.select(*cols).select_from(joined).where(where).order_by(j.c.id)
+                .limit(EDGE_ROWS)
+            )
+        ]
+        by_state[name] = (
+            ordered_states({
+                r.state: int(r.n)
+                for r in conn.execute(
+                    sa.select(j.c.state, sa.func.count().label("n")).select_from(joined)
+                    .where(where).group_by(j.c.state)
+                )
+            })
+            if len(refs[name]) == EDGE_ROWS
+            else ordered_states(dict(Counter(r.state for r in refs[name])))
         )
-    ]
-    dependents = [
-        _ref(r)
-        for r in conn.execute(
-            sa.select(*cols)
-            .select_from(d.join(j, j.c.id == d.c.job_id))
-            .where(d.c.depends_on_id == job_id)
-            .order_by(j.c.id)
-        )
-    ]
+    deps, dependents = refs["dependencies"], refs["dependents"]
     parent = None
     if fields["parent_id"] is not None:
         p = conn.execute(sa.select(*cols).where(j.c.id == fields["parent_id"])).first()
@@ -567,6 +580,8 @@ def job_detail(ctx: StoreContext, conn: Connection, job_id: int) -> JobDetail:
         fields=fields,
         dependencies=deps,
         dependents=dependents,
+        dependency_states=by_state["dependencies"],
+        dependent_states=by_state["dependents"],
         parent=parent,
         children=children,
         now=now,
@@ -602,14 +617,14 @@ def graph(ctx: StoreContext, conn: Connection, job_id: int, max_nodes: int) -> G
             for r in conn.execute(sa.select(*node_cols).where(j.c.id.in_(chunk))):
                 g.nodes[int(r.id)] = node(r)
 
-    def admit(candidates: Iterable[int], seen: set[int]) -> list[int]:
+    def admit(candidates: Iterable[int], seen: set[int], limit: int) -> list[int]:
         fresh = []
         new_nodes = 0
         for c in sorted(set(candidates)):
             if c in seen:
                 continue
             if c not in g.nodes:
-                if len(g.nodes) + new_nodes >= max_nodes:
+                if len(g.nodes) + new_nodes >= limit:
                     g.truncated = True
                     continue
                 new_nodes += 1
@@ -618,46 +633,59 @@ def graph(ctx: StoreContext, conn: Connection, job_id: int, max_nodes: int) -> G
         fetch(fresh)
         return fresh
 
-    # Upstream: dependencies, and the children of containers.
-    seen_up = {job_id}
-    frontier = [job_id]
-    while frontier:
-        found: list[int] = []
-        for chunk in chunks(frontier):
-            found += [
-                int(x)
-                for x in conn.execute(
-                    sa.select(d.c.depends_on_id).where(d.c.job_id.in_(chunk))
-                ).scalars()
-            ]
-            containers = [i for i in chunk if g.nodes[i].is_container]
-            for part in chunks(containers):
+    def walk_up(limit: int) -> None:
+        """Dependencies, and the children of containers."""
+        seen = {job_id}
+        frontier = [job_id]
+        while frontier:
+            found: list[int] = []
+            for chunk in chunks(frontier):
                 found += [
                     int(x)
                     for x in conn.execute(
-                        sa.select(j.c.id).where(j.c.parent_id.in_(part))
+                        sa.select(d.c.depends_on_id).where(d.c.job_id.in_(chunk))
                     ).scalars()
                 ]
-        frontier = admit(found, seen_up)
-    g.upstream = seen_up - {job_id}
+                containers = [i for i in chunk if g.nodes[i].is_container]
+                for part in chunks(containers):
+                    found += [
+                        int(x)
+                        for x in conn.execute(
+                            sa.select(j.c.id).where(j.c.parent_id.in_(part))
+                        ).scalars()
+                    ]
+            frontier = admit(found, seen, limit)
+        g.upstream = seen - {job_id}
 
-    # Downstream: dependents, and the containers jobs belong to.
-    seen_down = {job_id}
-    frontier = [job_id]
-    while frontier:
-        found = []
-        for chunk in chunks(frontier):
+    def walk_down(limit: int) -> None:
+        """Dependents, and the containers jobs belong to."""
+        seen = {job_id}
+        frontier = [job_id]
+        while frontier:
+            found: list[int] = []
+            for chunk in chunks(frontier):
+                found += [
+                    int(x)
+                    for x in conn.execute(
+                        sa.select(d.c.job_id).where(d.c.depends_on_id.in_(chunk))
+                    ).scalars()
+                ]
             found += [
-                int(x)
-                for x in conn.execute(
-                    sa.select(d.c.job_id).where(d.c.depends_on_id.in_(chunk))
-                ).scalars()
+                parent for i in frontier if (parent := g.nodes[i].parent_id) is not None
             ]
-        found += [
-            parent for i in frontier if (parent := g.nodes[i].parent_id) is not None
-        ]
-        frontier = admit(found, seen_down)
-    g.downstream = seen_down - {job_id}
+            frontier = admit(found, seen, limit)
+        g.downstream = seen - {job_id}
+
+    # Upstream takes at most half the budget first, so that a long history does not
+    # leave nothing of what comes next; what downstream leaves goes back upstream.
+    walk_up(1 + (max_nodes - 1) // 2)
+    up_cut, g.truncated = g.truncated, False
+    walk_down(max_nodes)
+    down_cut, g.truncated = g.truncated, False
+    if up_cut and len(g.nodes) < max_nodes:
+        walk_up(max_nodes)
+        up_cut = g.truncated
+    g.truncated = up_cut or down_cut
 
     # Every edge between the nodes shown, also those no walk crossed.
     ids = sorted(g.nodes)

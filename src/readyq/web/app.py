@@ -81,6 +81,8 @@ HERE = Path(__file__).resolve().parent
 GRAPH_NODES = 200
 MAX_GRAPH_NODES = admin.MAX_DAG_NODES
 GRAPH_COUNT_LIMIT = 20_000
+# An empty container counts as stuck in the graph after this long, as in the overview.
+STUCK_EMPTY_AFTER = 60.0
 # The overview's chart: the last hour in 30 buckets.
 SERIES_WINDOW = 3600.0
 SERIES_BUCKETS = 30
@@ -410,8 +412,11 @@ def create_app(
         total = len(g.nodes)
         if g.truncated:
             total = await d.call(store.graph_size, job_id, limit=GRAPH_COUNT_LIMIT)
+        # What in view cannot progress on its own, drawn apart from what is under way.
+        stuck = await d.call(store.stuck, empty_after=STUCK_EMPTY_AFTER, limit=1000)
         return {"graph": g, "limit": limit, "total": total,
-                "total_is_lower_bound": total >= GRAPH_COUNT_LIMIT}
+                "total_is_lower_bound": total >= GRAPH_COUNT_LIMIT,
+                "stuck": sorted(s.id for s in stuck if s.id in g.nodes)}
 
     # -- pages ---------------------------------------------------------------------------
 
@@ -525,7 +530,7 @@ def create_app(
         return JSONResponse({
             **g.to_json(), "limit": data["limit"], "shown": len(g.nodes),
             "total": data["total"], "hidden": data["total"] - len(g.nodes),
-            "total_is_lower_bound": data["total_is_lower_bound"],
+            "total_is_lower_bound": data["total_is_lower_bound"], "stuck": data["stuck"],
         })
 
     async def api_workers(request: Request) -> Response:

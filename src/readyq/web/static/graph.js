@@ -36,10 +36,13 @@
     Object.keys(layout.clusters).forEach(function (cid) {
       var c = layout.clusters[cid];
       var jobId = cid.slice("cluster:".length);
-      var g = el("g", { "class": "cluster", "data-container-id": jobId }, scene);
+      var n = byId[jobId];
+      var a = el("a", { href: base + "/jobs/" + jobId }, scene);
+      var g = el("g", { "class": "cluster state-" + n.state + (n.stuck ? " stuck" : "") +
+        (jobId === root ? " root" : ""), "data-container-id": jobId, "data-state": n.state }, a);
       el("rect", { x: c.x - c.width / 2, y: c.y - c.height / 2, width: c.width, height: c.height }, g);
       var t = el("text", { x: c.x - c.width / 2 + 8, y: c.y - c.height / 2 + 13 }, g);
-      t.textContent = "container #" + jobId;
+      t.textContent = label(n) + (n.stuck ? " (stuck)" : "");
     });
     layout.edges.forEach(function (e) {
       var pts = e.points || [];
@@ -51,12 +54,14 @@
     Object.keys(layout.nodes).forEach(function (id) {
       var n = byId[id];
       var p = layout.nodes[id];
+      if (n.boxed) { return; }  // drawn as its box; its node only anchors its edges
       var w = n.w, h = n.h;
       var a = el("a", { href: base + "/jobs/" + id }, scene);
-      var g = el("g", { "class": "node state-" + n.state + (id === root ? " root" : ""),
+      var g = el("g", { "class": "node state-" + n.state + (id === root ? " root" : "") +
+        (n.stuck ? " stuck" : ""),
         "data-job-id": id, "data-state": n.state, transform: "translate(" + (p.x - w / 2) + "," + (p.y - h / 2) + ")" }, a);
       var title = el("title", {}, g);
-      title.textContent = "#" + id + " " + n.type + " (" + n.state + ")" + (n.is_container ? ", container" : "") + ", group " + n.group;
+      title.textContent = "#" + id + " " + n.type + " (" + n.state + ")" + (n.is_container ? ", container" : "") + ", group " + n.group + (n.stuck ? "; stuck: it cannot progress on its own" : "");
       el("rect", { width: w, height: h }, g);
       var t = el("text", { x: 8, y: h / 2 + 4 }, g);
       t.textContent = label(n);
@@ -96,8 +101,8 @@
   }
 
   function layoutAndDraw(data) {
-    // Containers that have children in view become boxes (clusters) around them; the
-    // container's own node sits inside its box, and its edges stay on that node.
+    // Containers that have children in view become boxes (clusters) around them, drawn
+    // once: the container's own node is a point in its box that anchors its edges.
     var inView = {};
     data.nodes.forEach(function (n) { inView[n.id] = n; });
     var hasKids = {};
@@ -106,10 +111,14 @@
       var p = inView[id].parent_id;
       return { id: "cluster:" + id, label: "#" + id, parent: p && hasKids[p] ? "cluster:" + p : null };
     });
+    var stuck = {};
+    (data.stuck || []).forEach(function (id) { stuck[id] = true; });
     var nodes = data.nodes.map(function (n) {
       var text = label(n);
-      var parent = hasKids[n.id] ? "cluster:" + n.id : (n.parent_id && hasKids[n.parent_id] ? "cluster:" + n.parent_id : null);
-      return { id: String(n.id), w: Math.max(60, text.length * 6.6 + 16), h: 26, parent: parent,
+      var boxed = !!hasKids[n.id];
+      var parent = boxed ? "cluster:" + n.id : (n.parent_id && hasKids[n.parent_id] ? "cluster:" + n.parent_id : null);
+      return { id: String(n.id), w: boxed ? 1 : Math.max(60, text.length * 6.6 + 16),
+        h: boxed ? 1 : 26, parent: parent, boxed: boxed, stuck: !!stuck[n.id],
         state: n.state, type: n.type, group: n.group, is_container: n.is_container };
     });
     var edges = data.edges.filter(function (e) { return e.kind === "depends"; })
