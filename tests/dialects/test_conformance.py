@@ -45,6 +45,7 @@ COVERED = {
     "mark_done", "error_code", "is_retryable", "is_disconnect", "is_missing_table",
     "is_permanent", "is_refusal", "database", "driver_hint", "in_flight_uses",
     "resource_heads", "claim_ids", "resource_state", "resource_flight", "server_text",
+    "match_ids",
 }
 
 
@@ -142,6 +143,19 @@ def test_insert_job_rows_returns_ids_in_order(seam: Seam) -> None:
         ids = seam.add(n)
         assert len(ids) == n and ids == sorted(ids) and len(set(ids)) == n
         assert seam.row(ids[-1]).state == "ready"
+
+
+def test_match_ids_takes_more_ids_than_a_statement_has_parameters(seam: Seam) -> None:
+    ids = seam.add(3)
+    wanted = [ids[0], ids[2], *range(10**9, 10**9 + 70_000)]  # unknown ids match nothing
+    j = seam.t.jobs
+    found = seam.conn.execute(
+        sa.select(j.c.id).where(seam.d.match_ids(j.c.id, wanted)).order_by(j.c.id)
+    ).scalars().all()
+    assert found == [ids[0], ids[2]]
+    assert seam.conn.execute(
+        sa.select(sa.func.count()).where(seam.d.match_ids(j.c.id, []))
+    ).scalar_one() == 0
 
 
 def test_insert_edges_and_dependents_of(seam: Seam) -> None:

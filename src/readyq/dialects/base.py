@@ -1092,7 +1092,7 @@ class Dialect(ABC):
             conn.execute(
                 sa.select(
                     j.c.id, j.c.state, j.c.lease_token, j.c.lease_owner, j.c.cancel_requested
-                ).where(self._ids_match(j.c.id, ids))
+                ).where(self.match_ids(j.c.id, ids))
             ).all()
         )
 
@@ -1163,10 +1163,13 @@ class Dialect(ABC):
 
     # -- forms of the statements above, overridden where a database has better ones ----
 
-    def _ids_match(
+    def match_ids(
         self, column: sa.ColumnElement[Any], ids: Sequence[int]
     ) -> sa.ColumnElement[bool]:
-        """``column IN (ids)``."""
+        """``column`` is one of ``ids``, for lists of any length: a job may depend on more
+        jobs than a statement may carry parameters (65,535 for PostgreSQL's protocol), so
+        a database with such a limit binds the list as one value. Here ``column IN
+        (ids)``: MySQL's driver writes the values into the statement's text."""
         return column.in_(list(ids))
 
     def _ids_in(self, column: sa.ColumnElement[Any], name: str) -> sa.ColumnElement[bool]:

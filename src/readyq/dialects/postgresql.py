@@ -206,7 +206,7 @@ class PostgresDialect(Dialect):
                 + ".".join(map(str, self.server_version))
             )
 
-    def _ids_match(
+    def match_ids(
         self, column: sa.ColumnElement[Any], ids: Sequence[int]
     ) -> sa.ColumnElement[bool]:
         """``column = ANY(:ids)``: one array parameter, so the SQL text does not change with

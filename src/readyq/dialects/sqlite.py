@@ -295,7 +295,7 @@ class SQLiteDialect(Dialect):
     def is_missing_table(self, exc: BaseException) -> bool:
         return "no such table" in str(getattr(exc, "orig", exc)).lower()
 
-    def _ids_match(
+    def match_ids(
         self, column: sa.ColumnElement[Any], ids: Sequence[int]
     ) -> sa.ColumnElement[bool]:
         """``column IN (SELECT value FROM json_each(:ids))``: one parameter, one SQL text
@@ -316,7 +316,7 @@ class SQLiteDialect(Dialect):
         pairs still fence each row by its own token.
         """
         return sa.and_(
-            self._ids_match(id_column, [p[0] for p in pairs]),
+            self.match_ids(id_column, [p[0] for p in pairs]),
             sa.tuple_(id_column, token_column).in_(list(pairs)),
         )
 

@@ -91,7 +91,7 @@ def insert_job(ctx: StoreContext, conn: Connection, job: NewJob) -> int:
     if deps:
         rows = conn.execute(
             sa.select(j.c.id, j.c.state)
-            .where(j.c.id.in_(sorted(deps)))
+            .where(ctx.dialect.match_ids(j.c.id, sorted(deps)))
             .order_by(j.c.id)
             .with_for_update()
         ).all()
@@ -235,7 +235,7 @@ def insert_batch(ctx: StoreContext, conn: Connection, batch: Sequence[BatchJob])
     if wanted:
         dep_rows = conn.execute(
             sa.select(j.c.id, j.c.state)
-            .where(j.c.id.in_(wanted))
+            .where(ctx.dialect.match_ids(j.c.id, wanted))
             .order_by(j.c.id)
             .with_for_update()
         ).all()
@@ -403,24 +403,27 @@ def _refuse_wait_cycles(
         ids = sorted(frontier - seen)
         seen.update(ids)
         rows = conn.execute(
-            sa.select(j.c.id, j.c.is_container).where(j.c.id.in_(ids), j.c.state.in_(live))
+            sa.select(j.c.id, j.c.is_container)
+            .where(ctx.dialect.match_ids(j.c.id, ids), j.c.state.in_(live))
         ).all()
         waiting = [int(r.id) for r in rows]
         boxes = [int(r.id) for r in rows if r.is_container]
         if boxes:
             conn.execute(
-                sa.select(j.c.id).where(j.c.id.in_(boxes)).order_by(j.c.id).with_for_update()
+                sa.select(j.c.id).where(ctx.dialect.match_ids(j.c.id, boxes))
+                .order_by(j.c.id).with_for_update()
             ).all()
         frontier = set()
         if not waiting:
             break
         edges = list(conn.execute(
-            sa.select(dt.c.job_id, dt.c.depends_on_id).where(dt.c.job_id.in_(waiting))
+            sa.select(dt.c.job_id, dt.c.depends_on_id)
+            .where(ctx.dialect.match_ids(dt.c.job_id, waiting))
         ))
         if boxes:
             edges += conn.execute(
                 sa.select(j.c.parent_id, j.c.id).where(
-                    j.c.parent_id.in_(boxes), j.c.state.in_(live)
+                    ctx.dialect.match_ids(j.c.parent_id, boxes), j.c.state.in_(live)
                 )
             ).all()
         for a, b in edges:

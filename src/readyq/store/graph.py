@@ -73,7 +73,8 @@ def propagate(
             rows = conn.execute(
                 sa.select(j.c.id, j.c.parent_id, deps.c.depends_on_id)
                 .select_from(deps.join(j, j.c.id == deps.c.job_id))
-                .where(deps.c.depends_on_id.in_(sorted(bad)), j.c.state.in_(_WAITS))
+                .where(ctx.dialect.match_ids(deps.c.depends_on_id, sorted(bad)),
+                       j.c.state.in_(_WAITS))
                 .order_by(j.c.id)
                 .with_for_update()
             ).all()
@@ -86,7 +87,7 @@ def propagate(
             for dep, ids in sorted(by_dep.items()):
                 conn.execute(
                     sa.update(j)
-                    .where(j.c.id.in_(ids), j.c.state.in_(_WAITS))
+                    .where(ctx.dialect.match_ids(j.c.id, ids), j.c.state.in_(_WAITS))
                     .values(
                         state=JobState.UPSTREAM_FAILED.value,
                         error=f"dependency {dep} ended {bad[dep]}",
@@ -160,7 +161,7 @@ def _roll_up(
         sa.select(
             j.c.id, j.c.state, j.c.open_children, j.c.failed_children, j.c.parent_id,
             j.c.cancel_requested,
-        ).where(j.c.id.in_(sorted(children)))
+        ).where(ctx.dialect.match_ids(j.c.id, sorted(children)))
     ).all()
     for p in parents:
         if p.state != "active" or p.open_children > 0:
