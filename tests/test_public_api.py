@@ -7,6 +7,7 @@ def test_public_names_are_pinned() -> None:
         "AsyncQueue",
         "BulkResult",
         "ConfigurationError",
+        "DatabaseFileUnusable",
         "DependencyCycle",
         "DependencyNotFound",
         "Enqueued",

@@ -10,6 +10,7 @@ The database is the only state.
 from readyq.config import WorkerOptions
 from readyq.errors import (
     ConfigurationError,
+    DatabaseFileUnusable,
     DependencyCycle,
     DependencyNotFound,
     InvalidArgument,
@@ -62,6 +63,7 @@ __all__ = [
     "AsyncQueue",
     "BulkResult",
     "ConfigurationError",
+    "DatabaseFileUnusable",
     "DependencyCycle",
     "DependencyNotFound",
     "Enqueued",

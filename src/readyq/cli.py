@@ -981,7 +981,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
         max_memory_per_child=None if args.max_memory_per_child is None
         else args.max_memory_per_child * 2**20,
     )
-    from readyq.transient import describe, is_transient
+    from readyq.transient import describe, waited_out
 
     try:
         admin.check_schema(queue)  # connects: missing tables fail here, once
@@ -992,7 +992,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
     except Exception as exc:
         # A database that is down (or still starting) is waited for: the worker backs
         # off and starts once it answers; missing tables are reported then.
-        if not is_transient(exc):
+        if not waited_out(exc, queue.store.connected_dialect):
             raise
         database = queue.store.url.get_backend_name()
         _say(

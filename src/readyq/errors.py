@@ -44,6 +44,12 @@ class UnsupportedDatabase(ConfigurationError):
     """
 
 
+class DatabaseFileUnusable(ConfigurationError):
+    """The SQLite file is not a database (another kind of file, or an encrypted one) or
+    is corrupt. No wait cures it: a worker stops and says which file and what is wrong
+    with it."""
+
+
 class SchemaNotFound(ReadyqError):
     """The readyq tables do not exist yet: call ``Queue.create_schema()`` first."""
 

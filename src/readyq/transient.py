@@ -16,10 +16,14 @@ error) is not an outage: the worker asks its dialect (``Dialect.is_permanent``) 
 from __future__ import annotations
 
 import random
+from typing import TYPE_CHECKING
 
 import sqlalchemy as sa
 
 from readyq.untrusted import one_line
+
+if TYPE_CHECKING:
+    from readyq.dialects import Dialect
 
 # PEP 249 names the errors about the connection and the server's operation these two.
 DRIVER_CONNECTION_ERRORS = frozenset({"OperationalError", "InterfaceError"})
@@ -49,6 +53,16 @@ def is_transient(exc: BaseException) -> bool:
     if isinstance(exc, (sa.exc.DBAPIError, sa.exc.TimeoutError, sa.exc.DisconnectionError)):
         return True
     return is_raw_driver_error(exc)
+
+
+def waited_out(exc: BaseException, dialect: Dialect | None) -> bool:
+    """Whether a worker waits ``exc`` out: a transient failure, unless the database
+    refused the statement itself (``Dialect.is_permanent``: a schema this readyq does not
+    match, a file that is no database) or a value it carried (``Dialect.is_refusal``).
+    No wait cures those. ``dialect`` is None before the database first answered."""
+    if not is_transient(exc):
+        return False
+    return dialect is None or not (dialect.is_permanent(exc) or dialect.is_refusal(exc))
 
 
 def describe(exc: BaseException, limit: int = 200) -> str:

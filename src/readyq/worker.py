@@ -41,7 +41,7 @@ from readyq.schema import FALLBACK_MAX_ATTEMPTS
 from readyq.store import Applied, Outcome, OutcomeKind, Recorded, ResourceView, Store
 from readyq.store.records import TIMED_OUT, TIMEOUT, handler_texts
 from readyq.tracing import attempt_span, mark_failed, spans_enabled
-from readyq.transient import BACKOFF_MAX, describe, is_transient, next_backoff
+from readyq.transient import BACKOFF_MAX, describe, is_transient, next_backoff, waited_out
 from readyq.untrusted import one_line
 from readyq.validation import dump_result, parse_args
 from readyq.wakeup import start_listener
@@ -645,15 +645,10 @@ class Worker:
             )
 
     def _outlives(self, exc: BaseException) -> bool:
-        """Whether a failed tick is waited out: a transient failure (see
-        :func:`readyq.transient.is_transient`), unless the database refused the statement
-        itself (``Dialect.is_permanent``: a schema this readyq does not match) or a value
-        it carried (``Dialect.is_refusal``), which no wait cures and which end the worker
-        like any other error. (A refused outcome never gets here: it fails alone.)"""
-        if not is_transient(exc):
-            return False
-        dialect = self.store.connected_dialect
-        return dialect is None or not (dialect.is_permanent(exc) or dialect.is_refusal(exc))
+        """Whether a failed tick is waited out (:func:`readyq.transient.waited_out`);
+        what is not ends the worker like any other error. (A refused outcome never gets
+        here: it fails alone.)"""
+        return waited_out(exc, self.store.connected_dialect)
 
     def _outage(self, exc: BaseException) -> float:
         """Count and log a failed tick; return how long to wait before the next try.

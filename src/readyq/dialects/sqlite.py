@@ -50,7 +50,7 @@ from readyq.dialects.base import (
     lease_values,
 )
 from readyq.dialects.sqlite_direct import DirectPlan, DirectResult, plan
-from readyq.errors import UnsupportedDatabase
+from readyq.errors import DatabaseFileUnusable, UnsupportedDatabase
 from readyq.model import ClaimedJob
 from readyq.schema import COSTED_READY, Tables, costed_index_name
 
@@ -66,12 +66,55 @@ MAX_PLANS = 512
 def _pragmas(dbapi_conn: Any, _record: Any) -> None:
     """Every connection of an engine readyq uses: the busy timeout, foreign keys and the
     WAL journal. WAL is a property of the file; asking again is cheap, and covers files
-    whose schema was made by other tools. (The one place readyq sets it.)"""
+    whose schema was made by other tools. (The one place readyq sets it.)
+
+    The journal mode is the first thing that reads the file: a file that is not a
+    database, or a corrupt one, is reported here as such (DatabaseFileUnusable)."""
     cur = dbapi_conn.cursor()
-    cur.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
-    cur.execute("PRAGMA foreign_keys = ON")
-    cur.execute("PRAGMA journal_mode = WAL")
-    cur.close()
+    try:
+        cur.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+        cur.execute("PRAGMA foreign_keys = ON")
+        cur.execute("PRAGMA journal_mode = WAL")
+    except Exception as exc:
+        what = _unusable(exc)
+        if what is None:
+            raise
+        raise DatabaseFileUnusable(f"{_file_of(cur)} {what}") from exc
+    finally:
+        cur.close()
+
+
+# What SQLite says of a file it cannot use as a database, and how readyq words it. Python
+# 3.10's sqlite3 and the async driver give only the message.
+_UNUSABLE = (
+    ("SQLITE_NOTADB", "file is not a database",
+     "is not a SQLite database (another kind of file, or an encrypted database)"),
+    ("SQLITE_CORRUPT", "database disk image is malformed",
+     "is a corrupt SQLite database (database disk image is malformed): restore it from "
+     "a backup, or rebuild it with the sqlite3 shell's .recover"),
+)
+
+
+def _unusable(exc: BaseException) -> str | None:
+    """What is wrong with the file, when ``exc`` says it is not a usable database."""
+    err = driver_error(exc)
+    name = str(getattr(err, "sqlite_errorname", "") or "")
+    text = str(err).lower()
+    for code, message, what in _UNUSABLE:
+        if name.startswith(code) or message in text:
+            return what
+    return None
+
+
+def _file_of(cursor: Any) -> str:
+    """The file a connection has open, for an error message (it can be named even when
+    its content is not a database)."""
+    try:
+        rows = cursor.execute("PRAGMA database_list").fetchall()
+    except Exception:
+        return "the database file"
+    path = next((r[2] for r in rows if r[1] == "main"), "")
+    return repr(path) if path else "the database file"
 
 
 # What SQLite says, with the code SQLITE_ERROR, of a statement that does not fit the tables
@@ -291,6 +334,11 @@ class SQLiteDialect(Dialect):
 
     def is_retryable(self, exc: BaseException) -> bool:
         return super().is_retryable(exc) or _locked(exc)
+
+    def is_permanent(self, exc: BaseException) -> bool:
+        """Also a file that stopped being a usable database while the worker ran (it was
+        overwritten, or became corrupt): waiting does not repair it."""
+        return super().is_permanent(exc) or _unusable(exc) is not None
 
     def is_missing_table(self, exc: BaseException) -> bool:
         return "no such table" in str(getattr(exc, "orig", exc)).lower()
