@@ -17,6 +17,7 @@ from readyq.migrations import HEAD_REVISION, include_name, version_location
 
 TABLES = (
     "jobs", "job_deps", "groups", "gate", "rate_limits", "rate_slots", "resources", "reservations",
+    "attempts",
 )
 
 

@@ -53,6 +53,7 @@ from readyq.reports import (
     resource_waits,
 )
 from readyq.schema import DEFAULT_PREFIX, MAX_ATTEMPTS, MAX_SECONDS, validate_prefix
+from readyq.store.control import CANCEL_SOURCES
 from readyq.store.enqueue import is_live_key_conflict
 
 __all__ = [
@@ -459,13 +460,21 @@ def retry(queue: Queue, job_id: int, *, extra_attempts: int = 1) -> RetryResult:
         raise
 
 
-def cancel(queue: Queue, job_id: int) -> CancelResult:
+def _cancel_source(by: Any) -> str:
+    if by not in CANCEL_SOURCES:
+        raise InvalidArgument(f"by must be one of {', '.join(CANCEL_SOURCES)}, not {by!r}")
+    return str(by)
+
+
+def cancel(queue: Queue, job_id: int, *, by: str = "api") -> CancelResult:
     """``Queue.cancel`` plus the states before and after. Raises NotCancellable for a job
-    that had already ended, JobNotFound for a missing one."""
+    that had already ended, JobNotFound for a missing one. ``by`` ("api", "cli" or
+    "dashboard") is recorded as who asked (``JobInfo.cancelled_by``)."""
     job_id = check_job_id(job_id)
+    by = _cancel_source(by)
     queue.check_open()
     before = queue.get(job_id).state.value
-    done = queue.store.cancel(job_id)
+    done = queue.store.cancel(job_id, by)
     if done is None:
         after = queue.get(job_id).state.value
         raise NotCancellable(f"job {job_id} has already ended ({after}); nothing to cancel")
@@ -513,12 +522,15 @@ def _bulk(
     *,
     dry_run: bool,
     extra_attempts: int = 1,
+    by: str = "api",
 ) -> BulkResult:
     queue.check_open()
     flt = bulk_filter(filter_of(filter, criteria), action)
     store = queue.store
     try:
-        return store.bulk(action, flt, dry_run=dry_run, extra_attempts=extra_attempts)
+        return store.bulk(
+            action, flt, dry_run=dry_run, extra_attempts=extra_attempts, by=by
+        )
     except sa.exc.IntegrityError as exc:
         if is_live_key_conflict(exc, store.tables):
             raise NotRetryable(
@@ -568,9 +580,11 @@ def cancel_many(
     filter: JobFilter | None = None,
     *,
     dry_run: bool = False,
+    by: str = "api",
     **criteria: Any,
 ) -> BulkResult:
-    """Cancel every job matching a filter, with the rules of ``Queue.cancel``.
+    """Cancel every job matching a filter, with the rules of ``Queue.cancel``, recording
+    ``by`` as who asked (see :func:`cancel`).
 
     The filter is given as for :func:`retry_many`; without a state it takes every job
     that has not ended, and a state of ended jobs is refused. Waiting and ready jobs end
@@ -578,4 +592,4 @@ def cancel_many(
     are asked to stop (``requested``), containers cancel their children. With
     ``dry_run`` nothing changes and the counts are what a cancel would do now.
     """
-    return _bulk(queue, "cancel", filter, criteria, dry_run=dry_run)
+    return _bulk(queue, "cancel", filter, criteria, dry_run=dry_run, by=_cancel_source(by))

@@ -1227,6 +1227,8 @@ def cmd_show(args: argparse.Namespace) -> int:
         table.add_row("heartbeat", _text(_when(f["heartbeat_at"], now)))
         if f["cancel_requested"]:
             table.add_row("cancel", _text("requested", "bold red"))
+    if f["cancelled_by"]:
+        table.add_row("cancelled by", _text(f"an operator ({f['cancelled_by']})"))
     if not f["is_container"]:
         uses = f["uses"]
         table.add_row(
@@ -1265,6 +1267,18 @@ def cmd_show(args: argparse.Namespace) -> int:
             per_state = ", ".join(f"{n} {s}" for s, n in states.items())
             t.add_row(_text("..."), _text(f"{total - SHOW_EDGES} more; all: {per_state}",
                                           "bright_black"), _text(""))
+        console.print(t)
+    if detail.attempts:
+        t = Table(title="Attempts", title_justify="left")
+        for name in ("#", "worker", "started", "ended", "outcome", "error"):
+            t.add_column(name, justify="right" if name == "#" else "left")
+        for a in detail.attempts:
+            t.add_row(
+                _text(a.attempt), _text(a.worker or "-"),
+                _text(_when(a.started_at, now)), _text(_when(a.ended_at, now)),
+                _state(a.outcome) if a.outcome in ("done", "running") else _text(a.outcome),
+                _text(_error_line(a.error)),
+            )
         console.print(t)
     if f["error"]:
         console.print(_text("Error:", "bold red"))
@@ -1412,7 +1426,7 @@ def cmd_cancel(args: argparse.Namespace) -> int:
         return _bulk_command(args, "cancel")
     queue = _open(args)
     try:
-        result = admin.cancel(queue, args.id)
+        result = admin.cancel(queue, args.id, by="cli")
     finally:
         queue.close()
     if args.json:
@@ -1646,7 +1660,9 @@ def _bulk_command(args: argparse.Namespace, action: str) -> int:
     else:
         flt = _job_filter(args)
     run = admin.retry_many if action == "retry" else admin.cancel_many
-    options: dict[str, Any] = {"extra_attempts": args.extra_attempts} if action == "retry" else {}
+    options: dict[str, Any] = (
+        {"extra_attempts": args.extra_attempts} if action == "retry" else {"by": "cli"}
+    )
     queue = _open(args)
     try:
         if args.dry_run or not args.yes:

@@ -109,6 +109,9 @@ class JobInfo:
     finished_at: datetime | None
     lease_owner: str | None
     unique_key: str | None = None
+    # Who asked for its cancel: "api" (Queue.cancel, readyq.admin), "cli", "dashboard";
+    # None if nobody did. The error stays what ended the job (a handler's exception).
+    cancelled_by: str | None = None
 
     @property
     def attempt(self) -> int:

@@ -252,6 +252,30 @@ INSTANTS = (
 
 
 @dataclass(frozen=True)
+class AttemptRecord:
+    """One attempt of a job: who ran it, when, and how it ended ("retried", "failed",
+    "cancelled", "handed back", "timed out", "lease expired"; "done" or "running" for
+    the attempt the job's row holds)."""
+
+    attempt: int
+    worker: str | None
+    started_at: float | None
+    ended_at: float | None
+    outcome: str
+    error: str | None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "attempt": self.attempt,
+            "worker": self.worker,
+            "started_at": iso(self.started_at),
+            "ended_at": iso(self.ended_at),
+            "outcome": self.outcome,
+            "error": self.error,
+        }
+
+
+@dataclass(frozen=True)
 class JobDetail:
     """Everything about one job: its row, its edges and, for a container, its children.
 
@@ -268,6 +292,8 @@ class JobDetail:
     dependent_states: dict[str, int] = field(default_factory=dict)
     # For a ready job that takes resources: what holds it back, per resource.
     waits_for: list[str] = field(default_factory=list)
+    # Its attempts, oldest first, the one its row holds (done or running) last.
+    attempts: list[AttemptRecord] = field(default_factory=list)
 
     @property
     def id(self) -> int:
@@ -285,6 +311,7 @@ class JobDetail:
         if self.fields["is_container"]:
             out["children"] = self.children
         out["waits_for"] = self.waits_for
+        out["attempt_history"] = [a.to_json() for a in self.attempts]
         return out
 
 

@@ -280,6 +280,7 @@ class Tables:
     rate_slots: sa.Table
     resources: sa.Table
     reservations: sa.Table
+    attempts: sa.Table
     traits: TableTraits = TableTraits()
 
     @property
@@ -487,6 +488,9 @@ def build_tables(prefix: str = DEFAULT_PREFIX, traits: TableTraits = TableTraits
             postgresql_where=sa.text(ACTIVE),
             sqlite_where=sa.text(ACTIVE),
         )
+    # Who asked for the job's cancel ("api", "cli", "dashboard"); NULL if nobody did.
+    # Last, where migration readyq_0013 adds it.
+    jobs.append_column(sa.Column("cancelled_by", sa.String(16), nullable=True))
 
     deps = sa.Table(
         f"{prefix}job_deps",
@@ -564,6 +568,25 @@ def build_tables(prefix: str = DEFAULT_PREFIX, traits: TableTraits = TableTraits
         # own), which every claimer holds for it.
         sa.Column("uses", Uses, nullable=True),
     )
+    # The attempts that did not end their job done, one row per lease (a hand-back does
+    # not charge an attempt, so attempt numbers may repeat): what a later success would
+    # otherwise erase. The attempt that ends a job done is the job's row itself, so that
+    # a job that succeeds at once writes nothing here (migration readyq_0013).
+    attempts = sa.Table(
+        f"{prefix}attempts",
+        md,
+        sa.Column(
+            "job_id", Id, sa.ForeignKey(f"{prefix}jobs.id", ondelete="CASCADE"),
+            primary_key=True, autoincrement=False,
+        ),
+        sa.Column("lease_token", sa.BigInteger, primary_key=True, autoincrement=False),
+        sa.Column("attempt", sa.Integer, nullable=False),
+        sa.Column("worker", sa.String(MAX_WORKER_ID_CHARS), nullable=True),
+        sa.Column("started_at", Instant, nullable=True),
+        sa.Column("ended_at", Instant, nullable=False),
+        sa.Column("outcome", sa.String(16), nullable=False),
+        sa.Column("error", sa.Text, nullable=True),
+    )
     return Tables(
         metadata=md,
         jobs=jobs,
@@ -574,5 +597,6 @@ def build_tables(prefix: str = DEFAULT_PREFIX, traits: TableTraits = TableTraits
         rate_slots=rate_slots,
         resources=resources,
         reservations=reservations,
+        attempts=attempts,
         traits=traits,
     )

@@ -599,10 +599,13 @@ class Store:
 
     # -- control ------------------------------------------------------------------------
 
-    def cancel(self, job_id: int) -> control.Cancelled | None:
+    def cancel(self, job_id: int, by: str = "api") -> control.Cancelled | None:
         """Cancel a job; see ``Queue.cancel``. None when it had already ended, else what
-        the cancel did (see :class:`readyq.store.control.Cancelled`)."""
-        return self.write(lambda conn: control.cancel(self.context, conn, job_id), what="cancel")
+        the cancel did (see :class:`readyq.store.control.Cancelled`). ``by`` names who
+        asked (one of ``control.CANCEL_SOURCES``)."""
+        return self.write(
+            lambda conn: control.cancel(self.context, conn, job_id, by), what="cancel"
+        )
 
     def close_container(self, job_id: int) -> None:
         """End an empty container done; see ``Queue.close_container``."""
@@ -679,6 +682,7 @@ class Store:
         dry_run: bool,
         extra_attempts: int = 1,
         batch_size: int = 200,
+        by: str = "api",
     ) -> BulkResult:
         """Retry or cancel every job matching ``flt`` (narrowed to the states the action
         applies to), ``batch_size`` jobs per transaction, oldest first. A dry run does
@@ -691,7 +695,7 @@ class Store:
 
         def batch(conn: Connection, after: int | None) -> tuple[int | None, control.Tally]:
             return control.bulk_batch(
-                ctx, conn, action, flt, now, after, batch_size, extra_attempts
+                ctx, conn, action, flt, now, after, batch_size, extra_attempts, by
             )
 
         if dry_run:

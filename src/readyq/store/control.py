@@ -26,6 +26,8 @@ from readyq.store.graph import propagate
 from readyq.store.inspection import CHUNK, chunks
 
 TERMINAL = tuple(sorted(s.value for s in TERMINAL_STATES))
+# Who may be recorded as asking for a cancel (``jobs.cancelled_by``).
+CANCEL_SOURCES = ("api", "cli", "dashboard")
 
 
 @dataclass
@@ -41,8 +43,11 @@ class Cancelled:
         self.requested += other.requested
 
 
-def cancel(ctx: StoreContext, conn: Connection, job_id: int) -> Cancelled | None:
-    """Cancel a job; see ``Queue.cancel``. Returns None if it had already ended.
+def cancel(
+    ctx: StoreContext, conn: Connection, job_id: int, by: str = "api"
+) -> Cancelled | None:
+    """Cancel a job; see ``Queue.cancel``. Returns None if it had already ended. ``by``
+    (one of :data:`CANCEL_SOURCES`) is recorded on every job the cancel reaches.
 
     A container is marked as cancelled and its children are cancelled: when they have
     all ended it ends ``cancelled`` (``done`` if every one of them still ended done),
@@ -60,19 +65,17 @@ def cancel(ctx: StoreContext, conn: Connection, job_id: int) -> Cancelled | None
         conn.execute(
             sa.update(j)
             .where(j.c.id == job_id, j.c.state == state)
-            .values(state="cancelled", error="cancelled", finished_at=now, updated_at=now)
+            .values(state="cancelled", error="cancelled", cancelled_by=by, finished_at=now,
+                    updated_at=now)
         )
         propagate(ctx, conn, [(job_id, "cancelled", row.parent_id)])
         return Cancelled(ended=1)
+    asked = {"cancel_requested": True, "cancelled_by": by, "updated_at": now}
     if state in IN_FLIGHT_STATES:
-        conn.execute(
-            sa.update(j).where(j.c.id == job_id).values(cancel_requested=True, updated_at=now)
-        )
+        conn.execute(sa.update(j).where(j.c.id == job_id).values(**asked))
         return Cancelled(requested=1)
     if state == "active":
-        conn.execute(
-            sa.update(j).where(j.c.id == job_id).values(cancel_requested=True, updated_at=now)
-        )
+        conn.execute(sa.update(j).where(j.c.id == job_id).values(**asked))
         done = Cancelled()
         children = conn.execute(
             sa.select(j.c.id).where(
@@ -83,7 +86,7 @@ def cancel(ctx: StoreContext, conn: Connection, job_id: int) -> Cancelled | None
             .order_by(j.c.id)
         ).scalars().all()
         for child in children:
-            part = cancel(ctx, conn, int(child))
+            part = cancel(ctx, conn, int(child), by)
             if part is not None:
                 done.add(part)
         still = conn.execute(sa.select(j.c.state).where(j.c.id == job_id)).scalar_one()
@@ -341,6 +344,7 @@ def retry(ctx: StoreContext, conn: Connection, job_id: int, extra: int) -> Retry
                     lease_expires=None,
                     deadline=None,
                     cancel_requested=False,
+                    cancelled_by=None,
                     # Still the handler's to decide if it was never given, else raised.
                     max_attempts=sa.case(
                         (j.c.max_attempts == MAX_ATTEMPTS_FROM_HANDLER, j.c.max_attempts),
@@ -507,6 +511,7 @@ def bulk_batch(
     after_id: int | None,
     limit: int,
     extra: int,
+    by: str = "api",
 ) -> tuple[int | None, Tally]:
     """Retry (``action="retry"``) or cancel up to ``limit`` jobs matching ``flt`` above
     ``after_id``, oldest first, one by one with the rules of :func:`retry` and
@@ -537,7 +542,7 @@ def bulk_batch(
                     done.add(i)
                     tally.changed.append(i)
         else:
-            if cancel(ctx, conn, job_id) is not None:
+            if cancel(ctx, conn, job_id, by) is not None:
                 done.add(job_id)
                 if r.state in IN_FLIGHT_STATES:
                     tally.requested += 1

@@ -27,6 +27,7 @@ from readyq.model import (
 from readyq.payload import decode_stored
 from readyq.reports import (
     INSTANTS,
+    AttemptRecord,
     Graph,
     GroupShare,
     HeldJob,
@@ -57,6 +58,7 @@ from readyq.sql.ready import (
     waiting_of_types,
 )
 from readyq.store.context import StoreContext
+from readyq.store.history import attempts_of
 
 # IN lists are sent in chunks of this many ids (well under every database's limit).
 CHUNK = 500
@@ -517,6 +519,7 @@ def job_detail(ctx: StoreContext, conn: Connection, job_id: int) -> JobDetail:
         "retry_on_timeout": bool(m["retry_on_timeout"]),
         "pending_deps": int(m["pending_deps"]),
         "cancel_requested": bool(m["cancel_requested"]),
+        "cancelled_by": m["cancelled_by"],
         "lease_owner": m["lease_owner"],
         "lease_token": int(m["lease_token"]),
         "unique_key": m["unique_key"],
@@ -576,6 +579,13 @@ def job_detail(ctx: StoreContext, conn: Connection, job_id: int) -> JobDetail:
                 )
             }
         )
+    attempts = attempts_of(ctx, conn, job_id)
+    if fields["state"] in ("done", "running") and fields["attempts"] > 0:
+        # The attempt the row holds: the one that ended the job done, or the one running.
+        attempts.append(AttemptRecord(
+            fields["attempts"], fields["lease_owner"], fields["started_at"],
+            fields["finished_at"], fields["state"], None,
+        ))
     return JobDetail(
         fields=fields,
         dependencies=deps,
@@ -585,8 +595,8 @@ def job_detail(ctx: StoreContext, conn: Connection, job_id: int) -> JobDetail:
         parent=parent,
         children=children,
         now=now,
+        attempts=attempts,
     )
-
 
 
 def graph(ctx: StoreContext, conn: Connection, job_id: int, max_nodes: int) -> Graph:
@@ -724,6 +734,7 @@ def info_from_row(row: Any, depends_on: tuple[int, ...]) -> JobInfo:
         finished_at=from_epoch(row.finished_at),
         lease_owner=row.lease_owner,
         unique_key=row.unique_key,
+        cancelled_by=row.cancelled_by,
     )
 
 

@@ -20,6 +20,15 @@ from readyq.dialects.base import Dependents
 from readyq.model import IN_FLIGHT_STATES, ClaimedJob
 from readyq.store.context import StoreContext
 from readyq.store.graph import propagate
+from readyq.store.history import (
+    CANCELLED,
+    FAILED,
+    HANDED_BACK,
+    RETRIED,
+    record_attempt,
+    start_of,
+)
+from readyq.store.history import TIMED_OUT as ATTEMPT_TIMED_OUT
 from readyq.store.records import (
     TIMED_OUT,
     TIMEOUT,
@@ -45,6 +54,16 @@ _LEAVES = {
     OutcomeKind.FAIL: ("failed",),
     OutcomeKind.CANCEL: ("cancelled",),
 }
+
+
+def _attempt_outcome(o: Outcome, final: str | None) -> str:
+    """How the attempt ended, for its history row."""
+    if final == "cancelled":
+        return CANCELLED
+    if o.error_type == TIMEOUT:
+        return ATTEMPT_TIMED_OUT
+    return {OutcomeKind.RETRY: RETRIED, OutcomeKind.RELEASE: HANDED_BACK}.get(
+        OutcomeKind(o.kind), FAILED)
 
 
 def stored_error(text: str | None) -> str | None:
@@ -249,6 +268,11 @@ def _record_one(
         applied[job.id, job.lease_token] = Recorded.RECORDED
         if final is not None:
             ended.append((job.id, final, job.parent_id))
+        record_attempt(
+            ctx, conn, job_id=job.id, lease_token=job.lease_token, attempt=job.attempt,
+            worker=owner, outcome=_attempt_outcome(o, final), error=stored_error(o.error),
+            started_at=start_of(ctx, job.id),
+        )
         return
     # Fenced out, unless this very outcome was committed by an earlier try whose
     # COMMIT reply was lost.

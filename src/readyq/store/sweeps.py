@@ -20,6 +20,8 @@ from readyq.planning.backoff import retry_delay
 from readyq.sql.ready import state_in
 from readyq.store.context import StoreContext
 from readyq.store.graph import propagate
+from readyq.store.history import LEASE_EXPIRED, record_attempt
+from readyq.store.history import TIMED_OUT as ATTEMPT_TIMED_OUT
 from readyq.store.records import TIMED_OUT, ReclaimedJob, ReclaimResult
 
 
@@ -54,29 +56,28 @@ def reclaim_expired(ctx: StoreContext, conn: Connection, limit: int) -> ReclaimR
         j.c.lease_expires < now, sa.and_(j.c.state == "running", j.c.deadline < now)
     )
     rows = conn.execute(
-        
-            sa.select(
-                j.c.id,
-                j.c.type,
-                j.c.group_key,
-                j.c.state,
-                j.c.attempts,
-                j.c.max_attempts,
-                j.c.lease_token,
-                j.c.parent_id,
-                j.c.lease_expires,
-                j.c.deadline,
-                j.c.retry_on_timeout,
-                j.c.cancel_requested,
-                j.c.timeout,
-                j.c.started_at,
-                now.label("now"),
-            )
-            .where(state_in(ctx.tables, *IN_FLIGHT_STATES), expired)
-            .order_by(j.c.id)
-            .limit(limit)
-            .with_for_update(skip_locked=True)
-        
+        sa.select(
+            j.c.id,
+            j.c.type,
+            j.c.group_key,
+            j.c.state,
+            j.c.attempts,
+            j.c.max_attempts,
+            j.c.lease_token,
+            j.c.lease_owner,
+            j.c.parent_id,
+            j.c.lease_expires,
+            j.c.deadline,
+            j.c.retry_on_timeout,
+            j.c.cancel_requested,
+            j.c.timeout,
+            j.c.started_at,
+            now.label("now"),
+        )
+        .where(state_in(ctx.tables, *IN_FLIGHT_STATES), expired)
+        .order_by(j.c.id)
+        .limit(limit)
+        .with_for_update(skip_locked=True)
     ).all()
     retried = failed = timed_out = cancelled = 0
     ended: list[tuple[int, str, int | None]] = []
@@ -125,6 +126,13 @@ def reclaim_expired(ctx: StoreContext, conn: Connection, limit: int) -> ReclaimR
         ).rowcount
         if count != 1:
             continue
+        record_attempt(
+            ctx, conn, job_id=int(r.id), lease_token=int(r.lease_token),
+            attempt=int(r.attempts), worker=r.lease_owner,
+            outcome=ATTEMPT_TIMED_OUT if is_timeout else LEASE_EXPIRED, error=why,
+            # A lease that expired before its job started holds an earlier start.
+            started_at=r.started_at if r.state == "running" else None,
+        )
         timed_out += is_timeout
         if final is None:
             retried += 1

@@ -467,7 +467,7 @@ def create_app(
             if action == "retry":
                 await d.call(admin.retry, q, job_id)
             else:
-                await d.call(admin.cancel, q, job_id)
+                await d.call(admin.cancel, q, job_id, by="dashboard")
         except (NotRetryable, NotCancellable) as exc:
             detail = await d.call(store.job_detail, job_id)
             return d.render(request, "job.html", status_code=409, page_name="jobs",
@@ -495,7 +495,8 @@ def create_app(
             flt = filter_from(params)
         run = admin.retry_many if action == "retry" else admin.cancel_many
         confirmed = form.get("confirm") == "yes"
-        result = await d.call(run, q, flt, dry_run=not confirmed)
+        by = {} if action == "retry" else {"by": "dashboard"}
+        result = await d.call(run, q, flt, dry_run=not confirmed, **by)
         return d.render(
             request, "confirm.html", page_name="jobs", result=result, action=action,
             scope=scope, confirmed=confirmed, filter_text=filter_text,
@@ -556,7 +557,7 @@ def create_app(
         if action == "retry":
             result = await d.call(admin.retry, q, job_id)
         else:
-            result = await d.call(admin.cancel, q, job_id)
+            result = await d.call(admin.cancel, q, job_id, by="dashboard")
         return JSONResponse(result.to_json())
 
     async def api_bulk(request: Request) -> Response:
@@ -570,7 +571,8 @@ def create_app(
         flt = filter_from(params)
         dry_run = params.get("dry_run") in ("1", "true", "yes")
         run = admin.retry_many if action == "retry" else admin.cancel_many
-        result = await d.call(run, q, flt, dry_run=dry_run)
+        by = {} if action == "retry" else {"by": "dashboard"}
+        result = await d.call(run, q, flt, dry_run=dry_run, **by)
         return JSONResponse(result.to_json())
 
     async def api_events(request: Request) -> Response:
