@@ -115,6 +115,16 @@ def test_a_dag_runs_in_dependency_order(api: Api) -> None:
     assert api.counts() == {"done": 4}
 
 
+@pytest.mark.parametrize("n", [2, 3, 49, 50, 120])
+def test_enqueue_many_of_any_size(api: Api, n: int) -> None:
+    """A batch of 2 to 49 jobs takes the multi-row INSERT, of 50 or more the bulk load;
+    on each driver of each database (asyncpg refused the first: it numbers the
+    parameters of the clock once for all rows)."""
+    ids = api.call(api.q.enqueue_many, [readyq.JobSpec("t", {"i": i}) for i in range(n)])
+    assert len(ids) == n and ids == sorted(ids)
+    assert [api.get(i).args for i in (ids[0], ids[-1])] == [{"i": 0}, {"i": n - 1}]
+
+
 def test_retries_then_fails(api: Api) -> None:
     calls: list[int] = []
 
