@@ -35,7 +35,9 @@ TASKS = {
     "default": {
         "BACKEND": "readyq.django.ReadyqBackend",
         "QUEUES": ["default", "emails"],
-        "OPTIONS": {"database": "default", "prefix": os.environ.get("READYQ_DJANGO_PREFIX",
-                                                                     "readyq_")},
+        "OPTIONS": {
+            "database": os.environ.get("READYQ_DJANGO_DATABASE", "default"),
+            "prefix": os.environ.get("READYQ_DJANGO_PREFIX", "readyq_"),
+        },
     }
 }
