@@ -49,6 +49,11 @@ def test_the_command_refuses_bad_flags_as_readyq_worker_does(backend: Any) -> No
         call_command("readyq_worker", "--concurrency", "0", "--until-idle")
 
 
+def test_the_command_refuses_process_isolation(backend: Any) -> None:
+    with pytest.raises(CommandError, match="--isolation process"):
+        call_command("readyq_worker", "--isolation", "process", "--until-idle")
+
+
 def test_sigterm_lets_the_running_task_finish_within_the_grace(
     backend: Any, alias: str, prefix: str
 ) -> None:

@@ -44,6 +44,9 @@ class Command(BaseCommand):
             raise CommandError(f"TASKS has no usable {alias!r} entry: {exc}") from None
         if not isinstance(backend, ReadyqBackend):
             raise CommandError(f"TASKS[{alias!r}] is not readyq's backend")
+        if options["isolation"] == "process":
+            # A child process would run the task without Django set up.
+            raise CommandError("--isolation process is not available for Django tasks")
         queues = options["types"]
         if queues is not None:
             unknown = sorted(set(queues) - backend.queues)
