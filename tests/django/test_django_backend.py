@@ -5,6 +5,7 @@ PostgreSQL and MariaDB (each test runs once per dialect; see conftest.py)."""
 from __future__ import annotations
 
 import asyncio
+import warnings
 from datetime import timedelta
 from functools import partial
 from typing import Any
@@ -13,6 +14,7 @@ import pytest
 
 pytest.importorskip("django.tasks")
 
+from django.conf import settings
 from django.db import transaction
 from django.tasks import TaskResultStatus, task_backends
 from django.tasks.exceptions import (
@@ -258,10 +260,21 @@ def test_check_reports_missing_tables_and_unusable_databases(
     finally:
         backend.queue.create_schema()
     memory = {"default": {"BACKEND": "readyq.django.ReadyqBackend",
-                          "OPTIONS": {"url": "nosuchdb://x"}}}
+                          "OPTIONS": {"url": "nosuchdb://app:hunter2@db/app"}}}
     with override_settings(TASKS=memory):
         [error] = task_backends["default"].check()
         assert error.id == "readyq.E001"
+        assert "hunter2" not in error.msg  # the URL's password is not shown
+    in_memory = {"default": {"BACKEND": "readyq.django.ReadyqBackend",
+                             "OPTIONS": {"database": "memory"}}}
+    databases = {**settings.DATABASES,
+                 "memory": {"ENGINE": "django.db.backends.sqlite3", "NAME": ":memory:"}}
+    with warnings.catch_warnings():
+        # Django warns that other parts of it would not see the change; the backend does.
+        warnings.simplefilter("ignore", UserWarning)
+        with override_settings(TASKS=in_memory, DATABASES=databases):
+            [error] = task_backends["default"].check()
+        assert error.id == "readyq.E001" and "in-memory SQLite" in error.msg
     close_queues()
 
 

@@ -33,8 +33,8 @@ from django.utils.json import normalize_json
 
 from readyq.admin import check_schema
 from readyq.django.databases import url_of
-from readyq.django.results import task_result
-from readyq.django.runner import TaskNotFound, TaskRunner, load_task, with_call_options
+from readyq.django.results import task_result, with_call_options
+from readyq.django.runner import TaskNotFound, TaskRunner, load_task
 from readyq.django.tasks import ReadyqTask
 from readyq.errors import (
     ConfigurationError,
@@ -224,7 +224,14 @@ class ReadyqBackend(BaseTaskBackend):
         errors: list[checks.CheckMessage] = []
         try:
             queue = self.queue
-        except (ConfigurationError, sa.exc.ArgumentError, ImportError) as exc:
+        except sa.exc.ArgumentError:
+            # Its message repeats the URL, password included: not for a check's output.
+            return [checks.Error(
+                f"TASKS[{self.alias!r}]: readyq's url is not a URL of a database readyq "
+                "can use (sqlite, postgresql+psycopg, mysql+pymysql...)",
+                id="readyq.E001",
+            )]
+        except (ConfigurationError, ImportError) as exc:
             return [checks.Error(
                 f"TASKS[{self.alias!r}]: readyq cannot use its database: {exc}",
                 id="readyq.E001",

@@ -19,9 +19,10 @@ What readyq records, and so what a result can say:
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 from typing import Any
 
-from django.tasks import TaskResult, TaskResultStatus
+from django.tasks import Task, TaskResult, TaskResultStatus
 from django.tasks.base import TaskError
 
 from readyq.model import JobInfo, JobState
@@ -104,3 +105,11 @@ def task_result(task: Any, job: JobInfo, call: dict[str, Any], backend: str) -> 
         # The value is not a field of the constructor; Django's own backends set it so.
         object.__setattr__(result, "_return_value", job.result)
     return result
+
+
+def with_call_options(task: Task, row: JobInfo, queue_name: str) -> Task:
+    """``task`` as the job was enqueued: its priority, queue and run_after."""
+    changes: dict[str, Any] = {"priority": row.priority, "queue_name": queue_name}
+    if row.run_after is not None:
+        changes["run_after"] = row.run_after
+    return replace(task, **changes)

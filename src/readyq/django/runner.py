@@ -10,7 +10,6 @@ that leaves no attempt.
 from __future__ import annotations
 
 import traceback
-from dataclasses import replace
 from typing import Any
 
 from django.db import close_old_connections
@@ -96,13 +95,7 @@ class TaskRunner:
                 traceback="".join(traceback.format_exception(kind, exc, exc.__traceback__)),
             )])
         else:
+            # Not a constructor field: Django's own backends set it the same way.
             object.__setattr__(result, "_return_value", value)
         task_finished.send(sender=type(self.backend), task_result=result)
 
-
-def with_call_options(task: Task, row: JobInfo, queue_name: str) -> Task:
-    """``task`` as the job was enqueued: its priority, queue and run_after."""
-    changes: dict[str, Any] = {"priority": row.priority, "queue_name": queue_name}
-    if row.run_after is not None:
-        changes["run_after"] = row.run_after
-    return replace(task, **changes)
