@@ -285,16 +285,50 @@ def test_unknown_options_are_refused() -> None:
         ReadyqBackend("default", {"OPTIONS": {"retries": 3}})
 
 
-def test_enqueue_inside_atomic_commits_on_its_own(backend: Any, alias: str) -> None:
-    """The documented behaviour: readyq writes on its own connection, so a rollback of
-    Django's transaction leaves the job, while the business row goes. (The enqueue comes
-    first: on SQLite, a block that has written holds the file's only write lock.)"""
+def test_enqueue_inside_atomic_joins_djangos_transaction(
+    backend: Any, alias: str, drain: Any
+) -> None:
     with pytest.raises(RuntimeError), transaction.atomic(using=alias):
-        result = tasks.add.enqueue(1, 2)
         Order.objects.using(alias).create(label="rolled back")
+        gone = tasks.add.enqueue(1, 2)
+        assert gone.status == TaskResultStatus.READY and gone.enqueued_at is not None
         raise RuntimeError("rollback")
     assert not Order.objects.using(alias).filter(label="rolled back").exists()
-    assert job_of(backend, result).state == "ready"
+    with pytest.raises(TaskResultDoesNotExist):
+        backend.get_result(gone.id)  # rolled back with the row
+    with transaction.atomic(using=alias):
+        Order.objects.using(alias).create(label="committed")
+        first = tasks.add.enqueue(1, 2)
+        second = tasks.add.using(depends_on=[first]).enqueue(3, 4)
+        again = tasks.add.using(unique_key="block").enqueue(5, 6)
+        assert tasks.add.using(unique_key="block").enqueue(7, 8).id == again.id
+        # Not visible outside the block before it commits (readyq's own connection).
+        with pytest.raises(TaskResultDoesNotExist):
+            backend.get_result(first.id)
+    assert job_of(backend, second).depends_on == (int(first.id),)
+    drain()
+    for result, value in ((first, 3), (second, 7), (again, 11)):
+        result.refresh()
+        assert result.return_value == value
+
+
+def test_enqueue_on_another_database_than_djangos_commits_on_its_own(
+    alias: str, prefix: str, tmp_path: Any
+) -> None:
+    """With its own ``url``, readyq cannot join: a rollback leaves the job."""
+    setting = {"default": {"BACKEND": "readyq.django.ReadyqBackend",
+                           "OPTIONS": {"url": f"sqlite:///{tmp_path}/own.db"}}}
+    with override_settings(TASKS=setting):
+        backend = task_backends["default"]
+        backend.queue.create_schema()
+        try:
+            with pytest.raises(RuntimeError), transaction.atomic(using=alias):
+                Order.objects.using(alias).create(label="rolled back")
+                kept = tasks.add.enqueue(1, 2)
+                raise RuntimeError("rollback")
+            assert job_of(backend, kept).state == "ready"
+        finally:
+            close_queues()
 
 
 def test_on_commit_ties_the_job_to_the_transaction(backend: Any, alias: str) -> None:

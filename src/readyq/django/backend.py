@@ -6,10 +6,10 @@ Django queue means, while readyq's groups stay free for fair share between tenan
 (the ``group`` extra). A task's priority is the job's priority, ``run_after`` the job's,
 and the task is stored by its module path with its args and kwargs as JSON.
 
-``enqueue`` writes on readyq's own connection and commits at once, whatever Django
-transaction is open: inside ``transaction.atomic()`` the job is visible to workers
-before the block commits, and stays if it rolls back. Enqueue from
-``transaction.on_commit`` to tie the job to the block (docs/django.md).
+Inside ``transaction.atomic()`` on the database readyq's tables are in (no ``url``
+option), ``enqueue`` joins Django's transaction (:mod:`readyq.django.transactions`): the
+job commits or rolls back with the block's rows. Elsewhere it writes on readyq's own
+connection and commits at once.
 """
 
 from __future__ import annotations
@@ -33,9 +33,10 @@ from django.utils.json import normalize_json
 
 from readyq.admin import check_schema
 from readyq.django.databases import url_of
-from readyq.django.results import task_result, with_call_options
+from readyq.django.results import new_result, task_result, with_call_options
 from readyq.django.runner import TaskNotFound, TaskRunner, load_task
 from readyq.django.tasks import ReadyqTask
+from readyq.django.transactions import driver_of, in_transaction, joined
 from readyq.errors import (
     ConfigurationError,
     InvalidJobId,
@@ -174,18 +175,51 @@ class ReadyqBackend(BaseTaskBackend):
             "timeout": extras.get("timeout"),
         }
         queue = self.queue
+        alias = self.joined_alias()
+        if alias is None:
+            job_id, created = self._write(queue, task, call, options, extras, None)
+            if not created:  # an earlier task holds the key: its result, untouched
+                return self.get_result(str(job_id))
+            result = task_result(task, queue.get(job_id), call, self.alias)
+        else:
+            # Inside atomic() on readyq's own database: the job is written in Django's
+            # transaction, where no other connection can read it before the commit.
+            with joined(alias) as connection:
+                job_id, created = self._write(queue, task, call, options, extras, connection)
+            if not created:
+                try:
+                    return self.get_result(str(job_id))
+                except TaskResultDoesNotExist:  # held by a job of this same block
+                    pass
+            result = new_result(task, job_id, call, self.alias, timezone.now())
+        task_enqueued.send(type(self), task_result=result)
+        return result
+
+    @staticmethod
+    def _write(
+        queue: Queue, task: Any, call: dict[str, Any], options: dict[str, Any],
+        extras: dict[str, Any], connection: Any,
+    ) -> tuple[int, bool]:
         unique_key = extras.get("unique_key")
         if unique_key is not None:
             job_id, created = queue.enqueue_unique(
-                job_type(task.queue_name), call, unique_key=unique_key, **options
+                job_type(task.queue_name), call, unique_key=unique_key,
+                connection=connection, **options,
             )
-        else:
-            job_id, created = queue.enqueue(job_type(task.queue_name), call, **options), True
-        if not created:  # an earlier task holds the key: its result, untouched
-            return self.get_result(str(job_id))
-        result = task_result(task, queue.get(job_id), call, self.alias)
-        task_enqueued.send(type(self), task_result=result)
-        return result
+            return job_id, created
+        return queue.enqueue(
+            job_type(task.queue_name), call, connection=connection, **options
+        ), True
+
+    def joined_alias(self) -> str | None:
+        """The Django database whose open transaction an enqueue joins now: the one
+        readyq's tables are in (no ``url`` option), inside ``atomic()``; else None."""
+        if self.options.get("url") is not None:
+            return None
+        alias = self.options.get("database", "default")
+        if driver_of(alias) is None or not in_transaction(alias):
+            return None
+        return str(alias)
 
     async def aenqueue(self, task: Any, args: Any, kwargs: Any) -> TaskResult:
         # readyq's connection is its own, not Django's: any thread may use it.

@@ -113,3 +113,15 @@ def with_call_options(task: Task, row: JobInfo, queue_name: str) -> Task:
     if row.run_after is not None:
         changes["run_after"] = row.run_after
     return replace(task, **changes)
+
+
+def new_result(task: Any, job_id: int, call: dict[str, Any], backend: str,
+               enqueued_at: Any) -> TaskResult:
+    """The result of a job just written in a transaction that has not committed (no
+    other connection can read it yet)."""
+    return TaskResult(
+        task=task, id=str(job_id), status=TaskResultStatus.READY, enqueued_at=enqueued_at,
+        started_at=None, finished_at=None, last_attempted_at=None,
+        args=list(call.get("args") or []), kwargs=dict(call.get("kwargs") or {}),
+        backend=backend, errors=[], worker_ids=[],
+    )
