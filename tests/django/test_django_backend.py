@@ -396,3 +396,24 @@ def test_a_unique_key_returns_the_running_tasks_result(backend: Any, drain: Any)
 def test_an_unknown_extra_is_refused(backend: Any) -> None:
     with pytest.raises(TypeError):
         tasks.add.using(retries=3)
+
+
+def test_args_are_stored_as_json_and_others_are_refused(backend: Any) -> None:
+    result = tasks.add.enqueue((1, 2), b=(3,))
+    assert result.args == [[1, 2]] and result.kwargs == {"b": [3]}
+    assert job_of(backend, result).args["args"] == [[1, 2]]
+    with pytest.raises(TypeError):
+        tasks.add.enqueue({1, 2}, 3)
+    assert sum(backend.queue.counts().values()) == 1  # the refused call wrote nothing
+
+
+def test_a_job_naming_no_task_fails_in_the_worker(backend: Any, drain: Any) -> None:
+    with readyq.Queue(backend.url, prefix=backend.prefix) as plain:
+        job_id = plain.enqueue("django:default", {"task": "shop.tasks.nothing",
+                                                  "args": [], "kwargs": {}})
+    drain()
+    job = backend.queue.get(job_id)
+    assert job.state == "failed"
+    assert "TaskNotFound: task 'shop.tasks.nothing' cannot be imported" in job.error
+    with pytest.raises(TaskResultDoesNotExist):
+        backend.get_result(str(job_id))
