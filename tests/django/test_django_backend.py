@@ -283,6 +283,8 @@ def test_unknown_options_are_refused() -> None:
 
     with pytest.raises(InvalidTaskBackend, match="retries"):
         ReadyqBackend("default", {"OPTIONS": {"retries": 3}})
+    with pytest.raises(InvalidTaskBackend, match="QUEUES"):
+        ReadyqBackend("default", {"QUEUES": []})
 
 
 def test_enqueue_inside_atomic_joins_djangos_transaction(

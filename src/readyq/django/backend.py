@@ -105,6 +105,12 @@ class ReadyqBackend(BaseTaskBackend):
                 f"TASKS[{alias!r}]['OPTIONS'] has unknown keys {unknown}: readyq's backend "
                 f"takes {sorted(OPTIONS)}"
             )
+        if not self.queues:
+            # Django reads no QUEUES as "any queue"; readyq's workers need the job types.
+            raise InvalidTaskBackend(
+                f"TASKS[{alias!r}]['QUEUES'] is empty: readyq's backend runs the queues "
+                "it lists (the default is ['default'])"
+            )
         self.prefix = str(self.options.get("prefix", DEFAULT_PREFIX))
         self.max_attempts = self.options.get("max_attempts", DEFAULT_MAX_ATTEMPTS)
         self.retry_backoff = self.options.get("retry_backoff", DEFAULT_RETRY_BASE)
