@@ -247,101 +247,7 @@ def _parser() -> argparse.ArgumentParser:
         metavar="MODULE:ATTR",
         help="where the Queue is, e.g. myapp.jobs:queue (or a function returning one)",
     )
-    p.add_argument(
-        "--concurrency",
-        type=int,
-        default=1,
-        help="global cap on jobs in flight across all workers (default 1)",
-    )
-    p.add_argument(
-        "--lease-ttl",
-        type=float,
-        default=30.0,
-        metavar="SECONDS",
-        help="lease lifetime without a heartbeat (default 30)",
-    )
-    p.add_argument(
-        "--heartbeat-interval",
-        type=float,
-        default=10.0,
-        metavar="SECONDS",
-        help="how often leases are extended; at most half the TTL (default 10)",
-    )
-    p.add_argument(
-        "--poll-interval",
-        type=float,
-        default=1.0,
-        metavar="SECONDS",
-        help="longest wait between looks for work (default 1)",
-    )
-    p.add_argument(
-        "--until-idle",
-        action="store_true",
-        help="return once every job of the worker's types has ended",
-    )
-    p.add_argument(
-        "--type",
-        dest="types",
-        action="append",
-        default=None,
-        metavar="TYPE",
-        help="run only this job type (repeatable; default: every handler)",
-    )
-    p.add_argument(
-        "--max-running",
-        type=int,
-        default=None,
-        metavar="N",
-        help="most jobs this process runs at once, to spread the cap over processes or "
-        "hosts (default: the whole cap)",
-    )
-    p.add_argument(
-        "--shutdown-grace",
-        type=float,
-        default=0.0,
-        metavar="SECONDS",
-        help="how long SIGTERM/SIGINT let running jobs finish before they are handed back "
-        "(default 0)",
-    )
-    p.add_argument(
-        "--no-freeze-gc",
-        dest="freeze_gc",
-        action="store_false",
-        help="leave the objects that exist at start in the garbage collector's passes "
-        "(by default they are frozen out of them, which shortens the pauses of a long-lived "
-        "worker)",
-    )
-    p.add_argument(
-        "--isolation",
-        choices=("thread", "process"),
-        default="thread",
-        help="where handlers that do not choose run: in threads, or in child processes "
-        "killed at their timeout (default thread)",
-    )
-    p.add_argument(
-        "--kill-grace",
-        type=float,
-        default=5.0,
-        metavar="SECONDS",
-        help="seconds between SIGTERM and SIGKILL of a child at its timeout (default 5)",
-    )
-    p.add_argument(
-        "--max-jobs-per-child",
-        type=int,
-        default=None,
-        metavar="N",
-        help="replace a child process after N jobs (default: never)",
-    )
-    p.add_argument(
-        "--max-memory-per-child",
-        type=int,
-        default=None,
-        metavar="MIB",
-        help="kill a child process whose resident memory passes MIB mebibytes, failing "
-        "its attempt (default: no limit)",
-    )
-    p.add_argument("--worker-id", default=None, help="worker id (default host:pid:random)")
-    p.add_argument("--json", action="store_true", help="print the final stats as JSON")
+    add_worker_flags(p)
     p.add_argument("--db", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
     p.add_argument("--prefix", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
 
@@ -552,6 +458,111 @@ def _parser() -> argparse.ArgumentParser:
     )
     p.add_argument("shell", choices=SHELLS, metavar="SHELL", help="bash, zsh or fish")
     return parser
+
+
+def add_worker_flags(
+    p: argparse.ArgumentParser,
+    *,
+    types_flag: str = "--type",
+    types_help: str = "run only this job type (repeatable; default: every handler)",
+) -> None:
+    """The flags of ``readyq worker`` that shape the worker (all but ``--app``), shared
+    with Django's ``readyq_worker`` command, which names ``--type`` ``--queue``."""
+    p.add_argument(
+        "--concurrency",
+        type=int,
+        default=1,
+        help="global cap on jobs in flight across all workers (default 1)",
+    )
+    p.add_argument(
+        "--lease-ttl",
+        type=float,
+        default=30.0,
+        metavar="SECONDS",
+        help="lease lifetime without a heartbeat (default 30)",
+    )
+    p.add_argument(
+        "--heartbeat-interval",
+        type=float,
+        default=10.0,
+        metavar="SECONDS",
+        help="how often leases are extended; at most half the TTL (default 10)",
+    )
+    p.add_argument(
+        "--poll-interval",
+        type=float,
+        default=1.0,
+        metavar="SECONDS",
+        help="longest wait between looks for work (default 1)",
+    )
+    p.add_argument(
+        "--until-idle",
+        action="store_true",
+        help="return once every job of the worker's types has ended",
+    )
+    p.add_argument(
+        types_flag,
+        dest="types",
+        action="append",
+        default=None,
+        metavar="TYPE",
+        help=types_help,
+    )
+    p.add_argument(
+        "--max-running",
+        type=int,
+        default=None,
+        metavar="N",
+        help="most jobs this process runs at once, to spread the cap over processes or "
+        "hosts (default: the whole cap)",
+    )
+    p.add_argument(
+        "--shutdown-grace",
+        type=float,
+        default=0.0,
+        metavar="SECONDS",
+        help="how long SIGTERM/SIGINT let running jobs finish before they are handed back "
+        "(default 0)",
+    )
+    p.add_argument(
+        "--no-freeze-gc",
+        dest="freeze_gc",
+        action="store_false",
+        help="leave the objects that exist at start in the garbage collector's passes "
+        "(by default they are frozen out of them, which shortens the pauses of a long-lived "
+        "worker)",
+    )
+    p.add_argument(
+        "--isolation",
+        choices=("thread", "process"),
+        default="thread",
+        help="where handlers that do not choose run: in threads, or in child processes "
+        "killed at their timeout (default thread)",
+    )
+    p.add_argument(
+        "--kill-grace",
+        type=float,
+        default=5.0,
+        metavar="SECONDS",
+        help="seconds between SIGTERM and SIGKILL of a child at its timeout (default 5)",
+    )
+    p.add_argument(
+        "--max-jobs-per-child",
+        type=int,
+        default=None,
+        metavar="N",
+        help="replace a child process after N jobs (default: never)",
+    )
+    p.add_argument(
+        "--max-memory-per-child",
+        type=int,
+        default=None,
+        metavar="MIB",
+        help="kill a child process whose resident memory passes MIB mebibytes, failing "
+        "its attempt (default: no limit)",
+    )
+    p.add_argument("--worker-id", default=None, help="worker id (default host:pid:random)")
+    p.add_argument("--json", action="store_true", help="print the final stats as JSON")
 
 
 def _filter_parser() -> argparse.ArgumentParser:
@@ -955,8 +966,6 @@ def _load_app(spec: str) -> Any:
 
 
 def cmd_worker(args: argparse.Namespace) -> int:
-    from readyq import admin
-
     if args.concurrency < 1:
         raise CLIError("--concurrency must be at least 1", code=2)
     queue = _load_app(args.app)
@@ -965,6 +974,17 @@ def cmd_worker(args: argparse.Namespace) -> int:
             "readyq: note: --db is ignored by `worker`; the app's queue uses its own URL",
             file=sys.stderr,
         )
+    return run_worker(queue, args)
+
+
+def run_worker(queue: Any, args: argparse.Namespace) -> int:
+    """Run a worker of ``queue`` with the flags of :func:`add_worker_flags` (``args``),
+    as ``readyq worker`` does: the tables checked, the SQL prepared, SIGTERM and SIGINT
+    stopping it gracefully; returns the exit code."""
+    from readyq import admin
+
+    if args.concurrency < 1:
+        raise CLIError("--concurrency must be at least 1", code=2)
     worker = queue.worker(
         concurrency=args.concurrency,
         lease_ttl=args.lease_ttl,

@@ -17,7 +17,7 @@ import math
 import os
 import secrets
 import urllib.parse
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
@@ -61,6 +61,7 @@ from readyq.reports import INSTANTS, iso, resource_json
 from readyq.schema import MAX_ID
 from readyq.untrusted import one_line
 from readyq.web.live import Changes
+from readyq.web.mounting import RootPathPaths
 from readyq.web.security import (
     CSRF_COOKIE,
     CSRF_FIELD,
@@ -313,11 +314,19 @@ class Dashboard:
             self.set_cookie(request, response, cookie)
         return response
 
-    def error_page(self, request: Request, status: int, message: str) -> Response:
+    def error_page(
+        self, request: Request, status: int, message: str,
+        headers: Mapping[str, str] | None = None,
+    ) -> Response:
+        response: Response
         if request.url.path.startswith(self.base(request) + "/api/"):
-            return JSONResponse({"error": message, "status": status}, status_code=status)
-        return self.render(request, "error.html", status_code=status, status=status,
-                           message=message, page_name="error")
+            response = JSONResponse({"error": message, "status": status}, status_code=status)
+        else:
+            response = self.render(request, "error.html", status_code=status, status=status,
+                                   message=message, page_name="error")
+        # An authorize hook's HTTPException says how to log in (WWW-Authenticate).
+        response.headers.update(headers or {})
+        return response
 
 
 def _page_limit(params: Any) -> int:
@@ -621,7 +630,8 @@ def create_app(
     async def on_http(request: Request, exc: Exception) -> Response:
         assert isinstance(exc, HTTPException)
         messages = {404: "no such page", 405: "that method is not allowed here"}
-        return d.error_page(request, exc.status_code, messages.get(exc.status_code, exc.detail))
+        return d.error_page(request, exc.status_code,
+                            messages.get(exc.status_code, exc.detail), exc.headers)
 
     async def on_error(request: Request, exc: Exception) -> Response:
         log.exception("dashboard error on %s", one_line(request.url.path))
@@ -661,6 +671,7 @@ def create_app(
     app.state.dashboard = d
     app.add_middleware(TrustedHosts, allowed=hosts)
     app.add_middleware(SecurityHeaders)
+    app.add_middleware(RootPathPaths)
     return app
 
 

@@ -1,0 +1,1 @@
+"""A FastAPI application that runs its reports on readyq (docs/fastapi.md)."""

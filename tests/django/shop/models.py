@@ -1,0 +1,7 @@
+"""The test application's own table: tasks write rows to it."""
+
+from django.db import models
+
+
+class Order(models.Model):
+    label = models.CharField(max_length=100)
