@@ -23,10 +23,12 @@ from __future__ import annotations
 
 import json
 import math
+import socket
 from collections.abc import Sequence
 from typing import Any, ClassVar
 
 import sqlalchemy as sa
+from sqlalchemy import event
 from sqlalchemy.dialects.mysql import insert as mysql_insert
 from sqlalchemy.engine import Connection
 from sqlalchemy.sql.compiler import SQLCompiler
@@ -67,6 +69,41 @@ from readyq.sql.ready import (
     type_head,
     values_in,
 )
+
+# TCP settings of readyq's own PyMySQL connections, as libpq's for PostgreSQL: keepalive
+# probes after 10 s of silence, every 5 s, 3 unanswered ones end the connection; data
+# unacknowledged for 20 s ends it too. Without them a connection whose server went away
+# while a packet was lost (the server's reset dropped by a cut network) waits for its
+# reply for ever, the kernel's keepalive starting after two hours.
+TCP_KEEPALIVE = {"TCP_KEEPIDLE": 10, "TCP_KEEPINTVL": 5, "TCP_KEEPCNT": 3}
+TCP_USER_TIMEOUT_MS = 20_000
+
+
+def network_socket(host: str, port: int, timeout: float | None) -> socket.socket:
+    """A TCP connection to ``host:port`` with the settings above (those the platform
+    has)."""
+    sock = socket.create_connection((host, port), timeout)
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+    for name, value in TCP_KEEPALIVE.items():
+        if hasattr(socket, name):
+            sock.setsockopt(socket.IPPROTO_TCP, getattr(socket, name), value)
+    if hasattr(socket, "TCP_USER_TIMEOUT"):
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_USER_TIMEOUT, TCP_USER_TIMEOUT_MS)
+    return sock
+
+
+def _connect_pymysql(dialect: Any, record: Any, cargs: Any, cparams: dict[str, Any]) -> Any:
+    """SQLAlchemy's ``do_connect`` for PyMySQL over TCP: the driver's own connection,
+    opened on a socket made by :func:`network_socket` (``Connection.connect(sock)``)."""
+    if cparams.get("unix_socket") or cparams.get("defer_connect"):
+        return None  # the driver connects as usual
+    conn = dialect.loaded_dbapi.connect(*cargs, **cparams, defer_connect=True)
+    timeout = cparams.get("connect_timeout", 10)
+    conn.connect(network_socket(cparams.get("host") or "localhost",
+                                int(cparams.get("port") or 3306), timeout))
+    return conn
+
 
 MYSQL_MIN = (8, 0, 1)
 # Up to this many groups, a claim reads the groups and their counts in one statement
@@ -265,6 +302,13 @@ class MySQLDialect(Dialect):
         # default for the user; readyq's connections switch on checkout (SQLAlchemy
         # restores the level on check-in).
         if owned:
+            if engine.dialect.driver == "pymysql" and not event.contains(
+                engine, "do_connect", _connect_pymysql
+            ):
+                event.listen(engine, "do_connect", _connect_pymysql)
+                # The connection that found the dialect was made without them: a new
+                # pool, so that it is closed when it comes back.
+                engine.dispose()
             return engine
         return engine.execution_options(isolation_level="READ COMMITTED")
 
