@@ -5,6 +5,7 @@ def test_public_names_are_pinned() -> None:
     assert readyq.__all__ == sorted(readyq.__all__)
     assert readyq.__all__ == [
         "AsyncQueue",
+        "AttemptRecord",
         "BulkResult",
         "ConfigurationError",
         "DatabaseFileUnusable",

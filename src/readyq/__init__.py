@@ -44,7 +44,7 @@ from readyq.listing import JobFilter
 from readyq.model import Enqueued, Job, JobInfo, JobState, ResourceStats
 from readyq.queue import JobSpec, Queue
 from readyq.rate_limits import RateLimit
-from readyq.reports import BulkResult, JobPage, StuckJob
+from readyq.reports import AttemptRecord, BulkResult, JobPage, StuckJob
 from readyq.resources import Resource
 from readyq.worker import Worker, WorkerStats
 
@@ -61,6 +61,7 @@ def __getattr__(name: str) -> object:
 
 __all__ = [
     "AsyncQueue",
+    "AttemptRecord",
     "BulkResult",
     "ConfigurationError",
     "DatabaseFileUnusable",

@@ -47,7 +47,7 @@ from readyq.planning.backoff import DEFAULT_RETRY_BASE, DEFAULT_RETRY_MAX
 from readyq.planning.caps import Limits
 from readyq.planning.dag import insertion_order
 from readyq.rate_limits import RateLimit
-from readyq.reports import JobPage, StuckJob
+from readyq.reports import AttemptRecord, JobPage, StuckJob
 from readyq.resources import Resource, check_uses, define
 from readyq.resources import encode as encode_uses
 from readyq.schema import (
@@ -949,6 +949,13 @@ class Queue:
         InvalidJobId for a value that cannot be a job id."""
         self.check_open()
         return self.store.get(check_job_id(job_id, "job id"))
+
+    def attempts(self, job_id: int) -> list[AttemptRecord]:
+        """The job's attempts, oldest first, as :class:`readyq.AttemptRecord`: each one
+        that did not end it done (kept until the job is pruned), then the one that
+        ended it done or runs now. Raises JobNotFound, or InvalidJobId."""
+        self.check_open()
+        return self.store.attempts(check_job_id(job_id, "job id"))
 
     def cancel(self, job_id: int) -> bool:
         """Cancel a job. Returns False if it had already ended.

@@ -150,11 +150,16 @@ def test_retries_give_the_task_readyqs_attempt_as_its_context(
     assert recovered.status == TaskResultStatus.SUCCESSFUL
     assert recovered.return_value == 3  # the attempt the task saw in its context
     assert recovered.attempts == 3 == job_of(backend, recovered).attempts
-    assert recovered.errors == []  # a success clears readyq's error
+    # The attempts before the success keep their errors (readyq's attempt history).
+    assert [e.traceback.rstrip().splitlines()[-1] for e in recovered.errors] == [
+        "ValueError: attempt 1", "ValueError: attempt 2"]
+    assert len(recovered.worker_ids) == 3 and all(recovered.worker_ids)
+    assert recovered.started_at < recovered.last_attempted_at  # the first and the third
     exhausted.refresh()
     assert exhausted.status == TaskResultStatus.FAILED
     assert exhausted.attempts == 3
-    [error] = exhausted.errors  # the latest attempt's (readyq keeps no earlier ones)
+    assert len(exhausted.errors) == 3  # one per attempt, oldest first
+    error = exhausted.errors[-1]
     assert error.exception_class_path == "builtins.ValueError"
     assert error.exception_class is ValueError
     assert error.traceback.rstrip().endswith("ValueError: attempt 3")

@@ -32,6 +32,9 @@ def test_a_flaky_job_keeps_the_errors_of_its_failed_attempts(queue: readyq.Queue
     for a in history:
         assert a.started_at is not None and a.ended_at is not None
         assert a.started_at <= a.ended_at
+    assert queue.attempts(job_id) == history
+    with pytest.raises(readyq.JobNotFound):
+        queue.attempts(job_id + 1)
     as_json = admin.show(queue, job_id).to_json()["attempt_history"]
     assert [a["outcome"] for a in as_json] == ["retried", "retried", "done"]
     assert as_json[0]["started_at"].endswith("+00:00")

@@ -39,7 +39,7 @@ from readyq.queue import (
     queue_duration,
 )
 from readyq.rate_limits import RateLimit
-from readyq.reports import JobPage, StuckJob
+from readyq.reports import AttemptRecord, JobPage, StuckJob
 from readyq.resources import Resource
 from readyq.schema import DEFAULT_PREFIX
 from readyq.worker import WorkerStats
@@ -304,6 +304,10 @@ class AsyncQueue:
     async def get(self, job_id: int) -> JobInfo:
         """See :meth:`readyq.Queue.get`."""
         return await greenlet_spawn(self._queue.get, job_id)
+
+    async def attempts(self, job_id: int) -> list[AttemptRecord]:
+        """See :meth:`readyq.Queue.attempts`."""
+        return await greenlet_spawn(self._queue.attempts, job_id)
 
     async def cancel(self, job_id: int) -> bool:
         """See :meth:`readyq.Queue.cancel`."""

@@ -255,7 +255,7 @@ class ReadyqBackend(BaseTaskBackend):
         # Django's range by hand: then the task as its module defines it.
         with contextlib.suppress(InvalidTask):
             task = with_call_options(task, row, row.type[len(TYPE_PREFIX):])
-        return task_result(task, row, call, self.alias)
+        return task_result(task, row, call, self.alias, self.queue.attempts(row.id))
 
     def check(self, **kwargs: Any) -> list[checks.CheckMessage]:
         """Configuration problems always; with ``databases`` (``manage.py check

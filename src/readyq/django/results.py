@@ -4,16 +4,16 @@ What readyq records, and so what a result can say:
 
 * ``status``: waiting, ready and leased jobs are ``READY``; running ``RUNNING``; done
   ``SUCCESSFUL``; failed, cancelled and upstream_failed ``FAILED``.
-* ``started_at`` and ``last_attempted_at`` are both the start of the latest attempt:
-  readyq keeps no earlier start.
-* ``errors``: readyq keeps the error of the latest failed attempt only (a success
-  clears it), so a result holds at most one ``TaskError``. Its traceback is the one the
-  worker stored; a job that readyq itself ended (timed out, cancelled, a dependency
-  failed, its child process died) has readyq's description there, under
-  :class:`JobEndedError`.
+* ``started_at`` is the start of the first attempt that started, ``last_attempted_at``
+  the start of the latest.
+* ``errors``: one ``TaskError`` per attempt that ended with an error, from readyq's
+  attempt history (``Queue.attempts``), oldest first, kept after a later success. Its
+  traceback is the one the worker stored; an attempt or a job that readyq itself ended
+  (timed out, its lease expired, cancelled, a dependency failed) has readyq's
+  description there, under :class:`JobEndedError`.
 * ``worker_ids``: one entry per attempt, so that ``attempts`` (and a task's
-  ``context.attempt``) is readyq's attempt number; readyq keeps the worker of the
-  latest attempt only, and earlier entries are empty strings.
+  ``context.attempt``) is readyq's attempt number, each the worker that ran it ("" for
+  an attempt handed back by a stopping worker, which readyq does not count).
 """
 
 from __future__ import annotations
@@ -25,7 +25,8 @@ from typing import Any
 from django.tasks import Task, TaskResult, TaskResultStatus
 from django.tasks.base import TaskError
 
-from readyq.model import JobInfo, JobState
+from readyq.model import JobInfo, JobState, from_epoch
+from readyq.reports import AttemptRecord
 
 _STATUS = {
     JobState.WAITING: TaskResultStatus.READY,
@@ -70,36 +71,60 @@ def exception_path(error: str) -> str:
     return f"{JobEndedError.__module__}.{JobEndedError.__qualname__}"
 
 
-def errors_of(job: JobInfo) -> list[TaskError]:
-    """The TaskError of the job's stored error (see the module's notes)."""
-    if job.error is None or job.state is JobState.DONE:
-        return []
-    return [TaskError(exception_class_path=exception_path(job.error), traceback=job.error)]
+def _error(text: str) -> TaskError:
+    return TaskError(exception_class_path=exception_path(text), traceback=text)
 
 
-def worker_ids_of(job: JobInfo) -> list[str]:
-    """One id per attempt: the latest attempt's worker, earlier ones unknown ("")."""
+def errors_of(job: JobInfo, attempts: list[AttemptRecord]) -> list[TaskError]:
+    """A TaskError per attempt that ended with an error, then the job's own error when
+    no attempt carries it (a job that ended without running: its dependency failed)."""
+    errors = [_error(a.error) for a in attempts if a.error and a.outcome != "handed back"]
+    if job.error is not None and job.state is not JobState.DONE and not any(
+        a.error == job.error for a in attempts
+    ):
+        errors.append(_error(job.error))
+    return errors
+
+
+def worker_ids_of(job: JobInfo, attempts: list[AttemptRecord]) -> list[str]:
+    """One id per attempt number, the worker that ran it ("" where none is known)."""
     if job.attempts <= 0:
         return []
-    return [""] * (job.attempts - 1) + [job.lease_owner or ""]
+    ids = [""] * job.attempts
+    for a in attempts:
+        if 1 <= a.attempt <= job.attempts and a.outcome != "handed back":
+            ids[a.attempt - 1] = a.worker or ""
+    if job.lease_owner and not ids[-1]:
+        ids[-1] = job.lease_owner
+    return ids
 
 
-def task_result(task: Any, job: JobInfo, call: dict[str, Any], backend: str) -> TaskResult:
+def first_start(job: JobInfo, attempts: list[AttemptRecord]) -> Any:
+    """When the first attempt that started did, or the row's start."""
+    starts = [a.started_at for a in attempts if a.started_at is not None]
+    return from_epoch(min(starts)) if starts else job.started_at
+
+
+def task_result(
+    task: Any, job: JobInfo, call: dict[str, Any], backend: str,
+    attempts: list[AttemptRecord] | None = None,
+) -> TaskResult:
     """The result of ``task`` (a Django Task) run as ``job``; ``call`` is the stored
-    ``{"args": [...], "kwargs": {...}}``."""
+    ``{"args": [...], "kwargs": {...}}``, ``attempts`` the job's (``Queue.attempts``)."""
+    attempts = attempts or []
     result = TaskResult(
         task=task,
         id=str(job.id),
         status=status_of(job.state),
         enqueued_at=job.created_at,
-        started_at=job.started_at,
+        started_at=first_start(job, attempts),
         finished_at=job.finished_at if job.state.is_terminal else None,
         last_attempted_at=job.started_at,
         args=list(call.get("args") or []),
         kwargs=dict(call.get("kwargs") or {}),
         backend=backend,
-        errors=errors_of(job),
-        worker_ids=worker_ids_of(job),
+        errors=errors_of(job, attempts),
+        worker_ids=worker_ids_of(job, attempts),
     )
     if job.state is JobState.DONE:
         # The value is not a field of the constructor; Django's own backends set it so.

@@ -41,6 +41,7 @@ from readyq.listing import JobFilter
 from readyq.model import ClaimedJob, GroupStats, JobInfo, ResourceStats, job_log_fields
 from readyq.rate_limits import RateLimit
 from readyq.reports import (
+    AttemptRecord,
     BulkResult,
     Graph,
     JobDetail,
@@ -55,7 +56,7 @@ from readyq.reports import (
 from readyq.resources import decode as decode_uses
 from readyq.schema import GATE_ID, Tables, build_tables
 from readyq.store import claim as claim_unit
-from readyq.store import control, enqueue, inspection, outcomes, resource_claim, sweeps
+from readyq.store import control, enqueue, history, inspection, outcomes, resource_claim, sweeps
 from readyq.store.context import Clock, Hooks, StoreContext
 from readyq.store.records import (
     Applied,
@@ -740,6 +741,10 @@ class Store:
 
     def get(self, job_id: int) -> JobInfo:
         return self.read(lambda conn: inspection.job_info(self.context, conn, job_id))
+
+    def attempts(self, job_id: int) -> list[AttemptRecord]:
+        """The job's attempts, oldest first; see ``Queue.attempts``."""
+        return self.read(lambda conn: history.attempts_of(self.context, conn, job_id))
 
     def counts(self) -> dict[str, int]:
         """Number of jobs per state."""

@@ -13,6 +13,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
+from readyq.errors import JobNotFound
 from readyq.reports import AttemptRecord
 from readyq.store.context import StoreContext
 
@@ -53,15 +54,28 @@ def start_of(ctx: StoreContext, job_id: int) -> sa.ColumnElement[Any]:
 
 
 def attempts_of(ctx: StoreContext, conn: Connection, job_id: int) -> list[AttemptRecord]:
-    """The recorded attempts of a job, oldest first."""
-    a = ctx.tables.attempts
+    """Every attempt of a job, oldest first: the recorded ones, then the one its row
+    holds when it ended the job done or is running. Raises JobNotFound."""
+    a, j = ctx.tables.attempts, ctx.tables.jobs
+    job = conn.execute(
+        sa.select(j.c.state, j.c.attempts, j.c.lease_owner, j.c.started_at, j.c.finished_at)
+        .where(j.c.id == job_id)
+    ).first()
+    if job is None:
+        raise JobNotFound(f"no job with id {job_id}")
     rows = conn.execute(
         sa.select(a.c.attempt, a.c.worker, a.c.started_at, a.c.ended_at, a.c.outcome,
                   a.c.error)
         .where(a.c.job_id == job_id)
         .order_by(a.c.lease_token)
     ).all()
-    return [
+    out = [
         AttemptRecord(int(r.attempt), r.worker, r.started_at, r.ended_at, r.outcome, r.error)
         for r in rows
     ]
+    if job.state in ("done", "running") and job.attempts > 0:
+        out.append(AttemptRecord(
+            int(job.attempts), job.lease_owner, job.started_at,
+            job.finished_at if job.state == "done" else None, job.state, None,
+        ))
+    return out

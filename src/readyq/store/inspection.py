@@ -27,7 +27,6 @@ from readyq.model import (
 from readyq.payload import decode_stored
 from readyq.reports import (
     INSTANTS,
-    AttemptRecord,
     Graph,
     GroupShare,
     HeldJob,
@@ -580,12 +579,6 @@ def job_detail(ctx: StoreContext, conn: Connection, job_id: int) -> JobDetail:
             }
         )
     attempts = attempts_of(ctx, conn, job_id)
-    if fields["state"] in ("done", "running") and fields["attempts"] > 0:
-        # The attempt the row holds: the one that ended the job done, or the one running.
-        attempts.append(AttemptRecord(
-            fields["attempts"], fields["lease_owner"], fields["started_at"],
-            fields["finished_at"], fields["state"], None,
-        ))
     return JobDetail(
         fields=fields,
         dependencies=deps,
