@@ -17,6 +17,7 @@ from readyq.migrations import HEAD_REVISION, include_name, version_location
 
 TABLES = (
     "jobs", "job_deps", "groups", "gate", "rate_limits", "rate_slots", "resources", "reservations",
+    "pauses",
 )
 
 
@@ -505,3 +506,24 @@ def test_sqlite_rebuild_that_finds_broken_references_changes_nothing(tmp_path: P
     assert _rows(url) == before
     assert admin.current_revision(url) == "readyq_0006"
     assert "AUTOINCREMENT" not in reflect(url)["native"]["readyq_jobs"]
+
+
+def test_0013_adds_pauses_to_a_database_of_0012_and_goes_back(db: str) -> None:
+    assert admin.migrate(db, revision="readyq_0012") == "readyq_0012"
+    with readyq.Queue(db) as queue:
+        job = queue.enqueue("x", {}, group="a")
+    assert admin.migrate(db) == HEAD_REVISION
+    with readyq.Queue(db) as queue:
+        queue.pause(group="a")
+        assert queue.store.claim_jobs(owner="t", cap=5, limit=5, ttl=30.0, types=["x"]) == []
+        assert queue.resume(group="a")
+        claimed = queue.store.claim_jobs(owner="t", cap=5, limit=5, ttl=30.0, types=["x"])
+        assert [c.id for c in claimed] == [job]
+    assert admin.downgrade(db, revision="readyq_0012") == "readyq_0012"
+    engine = sa.create_engine(db)
+    try:
+        names = set(sa.inspect(engine).get_table_names())
+        columns = {c["name"] for c in sa.inspect(engine).get_columns("readyq_gate")}
+    finally:
+        engine.dispose()
+    assert "readyq_pauses" not in names and "pauses" not in columns

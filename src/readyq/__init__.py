@@ -21,6 +21,7 @@ from readyq.errors import (
     InvalidJobOption,
     InvalidJobResult,
     InvalidParent,
+    InvalidPause,
     InvalidRateLimit,
     InvalidResource,
     InvalidResourceUse,
@@ -40,7 +41,7 @@ from readyq.errors import (
     UnsupportedDatabase,
 )
 from readyq.listing import JobFilter
-from readyq.model import Enqueued, Job, JobInfo, JobState, ResourceStats
+from readyq.model import Enqueued, Job, JobInfo, JobState, Pause, ResourceStats
 from readyq.queue import JobSpec, Queue
 from readyq.rate_limits import RateLimit
 from readyq.reports import BulkResult, JobPage, StuckJob
@@ -74,6 +75,7 @@ __all__ = [
     "InvalidJobOption",
     "InvalidJobResult",
     "InvalidParent",
+    "InvalidPause",
     "InvalidRateLimit",
     "InvalidResource",
     "InvalidResourceUse",
@@ -89,6 +91,7 @@ __all__ = [
     "JobState",
     "LeaseLost",
     "NotClosable",
+    "Pause",
     "PayloadNotJSON",
     "PayloadTooLarge",
     "Queue",

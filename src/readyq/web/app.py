@@ -43,6 +43,7 @@ from readyq.errors import (
     AdminError,
     ConfigurationError,
     InvalidFilter,
+    InvalidPause,
     JobNotFound,
     NotCancellable,
     NotRetryable,
@@ -57,7 +58,7 @@ from readyq.listing import (
     check_order,
 )
 from readyq.queue import Queue
-from readyq.reports import INSTANTS, iso, resource_json
+from readyq.reports import INSTANTS, iso, pause_json, resource_json
 from readyq.schema import MAX_ID
 from readyq.untrusted import one_line
 from readyq.web.live import Changes
@@ -388,7 +389,28 @@ def create_app(
     async def overview_data() -> dict[str, Any]:
         ov = await d.call(store.overview, window=SERIES_WINDOW, buckets=SERIES_BUCKETS)
         resources = await d.call(q.resource_stats)
-        return {"ov": ov, "cap": d.cap, "resources": list(resources.values())}
+        pauses = await d.call(q.pauses)
+        return {"ov": ov, "cap": d.cap, "resources": list(resources.values()),
+                "pauses": pauses}
+
+    async def pause_action(request: Request) -> str:
+        """Pause or resume as the request's form says; the action done."""
+        action = request.path_params["action"]
+        if action not in ("pause", "resume"):
+            raise HTTPException(404)
+        form = await d.check_action(request, action)
+        group = form.get("group") or None
+        type_ = form.get("type") or None
+        if action == "resume":
+            await d.call(q.resume, group=group, type=type_)
+            return "resumed"
+        text = form.get("until") or ""
+        try:
+            until = admin.parse_duration(text) if text else None
+        except ValueError as exc:
+            raise InvalidPause(f"until: {exc}") from None
+        await d.call(q.pause, group=group, type=type_, until=until)
+        return "paused"
 
     async def jobs_data(params: Any) -> dict[str, Any]:
         flt = filter_from(params)
@@ -498,7 +520,21 @@ def create_app(
             back=f"{d.base(request)}/jobs" + (f"?{filter_text}" if filter_text else ""),
         )
 
+    async def pause_page_action(request: Request) -> Response:
+        await pause_action(request)
+        return RedirectResponse(f"{d.base(request)}/", status_code=303)
+
     # -- the JSON API ------------------------------------------------------------------------
+
+    async def api_pauses(request: Request) -> Response:
+        await d.allow(request, "view")
+        pauses = await d.call(q.pauses)
+        return JSONResponse({"pauses": [pause_json(p) for p in pauses]})
+
+    async def api_pause_action(request: Request) -> Response:
+        did = await pause_action(request)
+        pauses = await d.call(q.pauses)
+        return JSONResponse({"did": did, "pauses": [pause_json(p) for p in pauses]})
 
     async def api_overview(request: Request) -> Response:
         await d.allow(request, "view")
@@ -506,6 +542,7 @@ def create_app(
         return JSONResponse({
             **data["ov"].to_json(), "cap": data["cap"],
             "resources": [resource_json(r) for r in data["resources"]],
+            "pauses": [pause_json(p) for p in data["pauses"]],
         })
 
     async def api_jobs(request: Request) -> Response:
@@ -629,6 +666,9 @@ def create_app(
         Route("/jobs/{job_id:readyq_job_id}/{action}", job_action, methods=["POST"],
               name="job_action"),
         Route("/workers", workers_page, name="workers"),
+        Route("/pauses/{action}", pause_page_action, methods=["POST"], name="pause_action"),
+        Route("/api/pauses", api_pauses),
+        Route("/api/pauses/{action}", api_pause_action, methods=["POST"]),
         Route("/api/overview", api_overview),
         Route("/api/jobs", api_jobs),
         Route("/api/jobs/{job_id:readyq_job_id}", api_job),
@@ -645,6 +685,7 @@ def create_app(
         exception_handlers={
             Forbidden: on_forbidden,
             InvalidFilter: on_bad_filter,
+            InvalidPause: on_bad_filter,
             JobNotFound: on_not_found,
             AdminError: on_admin_error,
             HTTPException: on_http,
