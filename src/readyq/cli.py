@@ -1780,7 +1780,14 @@ def cmd_jobs(args: argparse.Namespace) -> int:
     finally:
         queue.close()
     if args.json:
-        _print_json(page.to_json())
+        from readyq.reports import pause_json
+
+        paused = [
+            j.id for j in page.jobs
+            if j.state.value == "ready" and pauses_of(pauses, j.group, j.type)
+        ]
+        _print_json({**page.to_json(), "paused_ids": paused,
+                     "pauses": [pause_json(p) for p in pauses]})
         return 0
     console = _console()
     table = Table(

@@ -31,6 +31,8 @@ def test_pause_resume_and_where_a_pause_shows(migrated: Run, mq: readyq.Queue) -
     (held_line,) = [line for line in jobs.splitlines() if f" {held} " in line]
     (free_line,) = [line for line in jobs.splitlines() if f" {free} " in line]
     assert "ready (paused)" in held_line and "paused" not in free_line
+    listed = cli("jobs", "--json").json()
+    assert listed["paused_ids"] == [held] and listed["pauses"][0]["group"] == "tenant-b"
     show = cli("show", str(held))
     assert "waits for" in show.out and "group tenant-b paused until" in show.out
     assert cli("show", str(held), "--json").json()["waits_for"][0].startswith(

@@ -58,3 +58,25 @@ def test_read_only_shows_pauses_without_buttons(make_client: Any, queue: readyq.
     r = ro.post("/pauses/resume", data={"csrf": token, "group": HOSTILE})
     assert r.status_code == 403 and "read-only" in r.text
     assert len(queue.pauses()) == 1
+
+
+def test_the_jobs_page_marks_paused_jobs_and_pauses_its_filter(
+    client: TestClient, queue: readyq.Queue
+) -> None:
+    held = queue.enqueue("render", {}, group="tenant-b")
+    free = queue.enqueue("render", {}, group="tenant-a")
+    page = client.get("/jobs", params={"group": "tenant-b"})
+    assert 'data-action="pause"' in page.text and "Pause this group" in page.text
+    token = csrf_of(page.text)
+    done = client.post("/pauses/pause", data={"csrf": token, "group": "tenant-b",
+                                              "back": "jobs"}, follow_redirects=False)
+    assert done.status_code == 303 and done.headers["location"] == "/jobs?group=tenant-b"
+    listing = client.get("/jobs").text
+    row = listing.split(f'<tr data-job-id="{held}"', 1)[1].split("</tr>", 1)[0]
+    other = listing.split(f'<tr data-job-id="{free}"', 1)[1].split("</tr>", 1)[0]
+    assert 'data-paused="1"' in row and 'data-paused="1"' not in other
+    page = client.get("/jobs", params={"group": "tenant-b"})
+    assert "Group tenant-b paused until resumed" in page.text
+    assert 'data-action="resume"' in page.text
+    client.post("/pauses/resume", data={"csrf": token, "group": "tenant-b", "back": "jobs"})
+    assert queue.pauses() == []

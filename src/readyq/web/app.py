@@ -57,8 +57,9 @@ from readyq.listing import (
     check_limit,
     check_order,
 )
+from readyq.model import JobState
 from readyq.queue import Queue
-from readyq.reports import INSTANTS, iso, pause_json, resource_json
+from readyq.reports import INSTANTS, iso, pause_json, pauses_of, resource_json
 from readyq.schema import MAX_ID
 from readyq.untrusted import one_line
 from readyq.web.live import Changes
@@ -418,7 +419,15 @@ def create_app(
         limit = _page_limit(params)
         cursor = params.get("cursor") or None
         page = await d.call(q.jobs, flt, order=order, limit=limit, cursor=cursor)
-        return {"page": page, "filter": flt, "order": order, "limit": limit}
+        pauses = await d.call(q.pauses)
+        paused_ids = {
+            j.id for j in page.jobs
+            if j.state is JobState.READY and pauses_of(pauses, j.group, j.type)
+        }
+        # The pause that the filter's group and type name exactly, if any stands.
+        named = [p for p in pauses if (p.group, p.type) == (flt.group, flt.type)]
+        return {"page": page, "filter": flt, "order": order, "limit": limit,
+                "paused_ids": paused_ids, "filter_pause": named[0] if named else None}
 
     async def graph_data(job_id: int, params: Any) -> dict[str, Any]:
         text = params.get("max_nodes") or str(GRAPH_NODES)
@@ -522,6 +531,13 @@ def create_app(
 
     async def pause_page_action(request: Request) -> Response:
         await pause_action(request)
+        form = await request.form()
+        if form.get("back") == "jobs":
+            # Back to the listing the buttons were on: its group and type filter.
+            back = {k: v for k in ("group", "type") if isinstance(v := form.get(k), str) and v}
+            return RedirectResponse(
+                f"{d.base(request)}/jobs?{urllib.parse.urlencode(back)}", status_code=303
+            )
         return RedirectResponse(f"{d.base(request)}/", status_code=303)
 
     # -- the JSON API ------------------------------------------------------------------------
