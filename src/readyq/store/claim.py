@@ -7,7 +7,10 @@ record the fair-share progress. Rate limits hook in twice: after the gate lock, 
 claim reads what each limit still allows (types whose limit is spent leave the claim),
 and each group's claim goes through :class:`Budget`, which claims a type whose
 allowance is smaller than the request separately, up to its allowance, and stamps the
-limit's slots after the claim statement. Every instant is the database's.
+limit's slots after the claim statement. Pauses hook in after the gate lock too: the
+gate row counts them, and only a claim that sees a count reads them
+(:mod:`readyq.store.pauses`), leaving out the paused groups and types. Every instant is
+the database's.
 """
 
 from __future__ import annotations
