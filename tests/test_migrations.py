@@ -18,6 +18,7 @@ from readyq.migrations import HEAD_REVISION, include_name, version_location
 TABLES = (
     "jobs", "job_deps", "groups", "gate", "rate_limits", "rate_slots", "resources", "reservations",
     "attempts",
+    "pauses",
 )
 
 
@@ -506,3 +507,50 @@ def test_sqlite_rebuild_that_finds_broken_references_changes_nothing(tmp_path: P
     assert _rows(url) == before
     assert admin.current_revision(url) == "readyq_0006"
     assert "AUTOINCREMENT" not in reflect(url)["native"]["readyq_jobs"]
+
+
+def test_0014_adds_pauses_to_a_database_of_0013_and_goes_back(db: str) -> None:
+    assert admin.migrate(db, revision="readyq_0013") == "readyq_0013"
+    with readyq.Queue(db) as queue:
+        job = queue.enqueue("x", {}, group="a")
+    assert admin.migrate(db) == HEAD_REVISION
+    with readyq.Queue(db) as queue:
+        queue.pause(group="a")
+        assert queue.store.claim_jobs(owner="t", cap=5, limit=5, ttl=30.0, types=["x"]) == []
+        assert queue.resume(group="a")
+        claimed = queue.store.claim_jobs(owner="t", cap=5, limit=5, ttl=30.0, types=["x"])
+        assert [c.id for c in claimed] == [job]
+    assert admin.downgrade(db, revision="readyq_0013") == "readyq_0013"
+    engine = sa.create_engine(db)
+    try:
+        names = set(sa.inspect(engine).get_table_names())
+        columns = {c["name"] for c in sa.inspect(engine).get_columns("readyq_gate")}
+    finally:
+        engine.dispose()
+    assert "readyq_pauses" not in names and "pauses" not in columns
+
+
+def test_0013_adds_the_attempt_history_to_a_database_of_0012_and_goes_back(db: str) -> None:
+    assert admin.migrate(db, revision="readyq_0012") == "readyq_0012"
+    with readyq.Queue(db) as queue:
+        job = queue.enqueue("x", {}, max_attempts=2)
+    assert admin.migrate(db, revision="readyq_0013") == "readyq_0013"
+    engine = sa.create_engine(db)
+    try:
+        inspector = sa.inspect(engine)
+        assert "readyq_attempts" in set(inspector.get_table_names())
+        assert "cancelled_by" in {c["name"] for c in inspector.get_columns("readyq_jobs")}
+    finally:
+        engine.dispose()
+    assert admin.migrate(db) == HEAD_REVISION
+    with readyq.Queue(db) as queue:
+        admin.cancel(queue, job, by="cli")
+        assert queue.get(job).cancelled_by == "cli"
+    assert admin.downgrade(db, revision="readyq_0012") == "readyq_0012"
+    engine = sa.create_engine(db)
+    try:
+        inspector = sa.inspect(engine)
+        assert "readyq_attempts" not in set(inspector.get_table_names())
+        assert "cancelled_by" not in {c["name"] for c in inspector.get_columns("readyq_jobs")}
+    finally:
+        engine.dispose()

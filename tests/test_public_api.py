@@ -21,6 +21,7 @@ def test_public_names_are_pinned() -> None:
         "InvalidJobOption",
         "InvalidJobResult",
         "InvalidParent",
+        "InvalidPause",
         "InvalidRateLimit",
         "InvalidResource",
         "InvalidResourceUse",
@@ -36,6 +37,7 @@ def test_public_names_are_pinned() -> None:
         "JobState",
         "LeaseLost",
         "NotClosable",
+        "Pause",
         "PayloadNotJSON",
         "PayloadTooLarge",
         "Queue",
@@ -59,7 +61,7 @@ def test_every_error_derives_from_the_one_base() -> None:
     errors = [getattr(readyq, n) for n in readyq.__all__ if n.endswith(("Error", "Found", "Lost",
               "Closed", "Prefix", "Weight", "Parent", "Option", "Cycle", "Type", "JSON",
               "Large", "Database", "Job", "Args", "Result", "Key", "Filter", "Cursor",
-              "Limit", "Closable", "Id", "Argument"))]
+              "Limit", "Closable", "Id", "Argument", "InvalidPause"))]
     for err in errors:
         if isinstance(err, type) and issubclass(err, Exception):
             assert issubclass(err, readyq.ReadyqError), err

@@ -22,6 +22,7 @@ from readyq.errors import (
     InvalidJobOption,
     InvalidJobResult,
     InvalidParent,
+    InvalidPause,
     InvalidRateLimit,
     InvalidResource,
     InvalidResourceUse,
@@ -41,7 +42,7 @@ from readyq.errors import (
     UnsupportedDatabase,
 )
 from readyq.listing import JobFilter
-from readyq.model import Enqueued, Job, JobInfo, JobState, ResourceStats
+from readyq.model import Enqueued, Job, JobInfo, JobState, Pause, ResourceStats
 from readyq.queue import JobSpec, Queue
 from readyq.rate_limits import RateLimit
 from readyq.reports import AttemptRecord, BulkResult, JobPage, StuckJob
@@ -77,6 +78,7 @@ __all__ = [
     "InvalidJobOption",
     "InvalidJobResult",
     "InvalidParent",
+    "InvalidPause",
     "InvalidRateLimit",
     "InvalidResource",
     "InvalidResourceUse",
@@ -92,6 +94,7 @@ __all__ = [
     "JobState",
     "LeaseLost",
     "NotClosable",
+    "Pause",
     "PayloadNotJSON",
     "PayloadTooLarge",
     "Queue",

@@ -50,6 +50,8 @@ from readyq.reports import (
     Status,
     WorkerSeen,
     iso,
+    pause_line,
+    pauses_of,
     resource_waits,
 )
 from readyq.schema import DEFAULT_PREFIX, MAX_ATTEMPTS, MAX_SECONDS, validate_prefix
@@ -299,11 +301,20 @@ def status(
     the workers holding leases (distinct ``lease_owner`` of leased/running jobs), the
     job types that seem to have no worker (runnable jobs waiting more than
     ``unclaimed_after`` seconds while none of the type is in flight), and the first 20
-    stuck jobs (``Queue.stuck``; empty containers after ``empty_after`` seconds)."""
+    stuck jobs (``Queue.stuck``; empty containers after ``empty_after`` seconds), and
+    the pauses in force."""
     unclaimed_after = _seconds_arg(unclaimed_after, "unclaimed_after")
     empty_after = _seconds_arg(empty_after, "empty_after")
     st = queue.store.status(unclaimed_after=unclaimed_after, empty_after=empty_after)
-    return dataclasses.replace(st, resources=list(queue.resource_stats().values()))
+    pauses = queue.pauses()
+    # A type paused everywhere waits for its resume, not for a worker.
+    paused_types = {p.type for p in pauses if p.group is None}
+    return dataclasses.replace(
+        st,
+        resources=list(queue.resource_stats().values()),
+        pauses=pauses,
+        unclaimed_types=[u for u in st.unclaimed_types if u.type not in paused_types],
+    )
 
 
 def show(queue: Queue, job_id: int) -> JobDetail:
@@ -316,6 +327,9 @@ def show(queue: Queue, job_id: int) -> JobDetail:
     f = detail.fields
     if f["state"] != "ready" or f["is_container"]:
         return detail
+    paused = pauses_of(queue.pauses(), f["group"], f["type"])
+    if paused:
+        return dataclasses.replace(detail, waits_for=[pause_line(p) for p in paused])
     held = queue.store.reservation(job_id)
     uses = f["uses"]
     if uses is None:

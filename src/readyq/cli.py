@@ -363,6 +363,39 @@ def _parser() -> argparse.ArgumentParser:
     _bulk_flags(p, "cancel")
 
     p = sub.add_parser(
+        "pause",
+        parents=[common],
+        help="stop workers claiming a group's or a type's jobs (Queue.pause)",
+        description="From the moment it commits, no worker on any host claims the ready "
+        "jobs of the group, of the type, or of the type within the group. Jobs already "
+        "running go on. The global cap is shared among the groups not paused. With "
+        "--until the pause ends by itself (database clock).",
+    )
+    p.add_argument("--group", default=None, help="the group to pause")
+    p.add_argument("--type", default=None, help="the job type to pause")
+    p.add_argument(
+        "--until", type=_duration_arg, default=None, metavar="DURATION",
+        help="end the pause after this long (90, 30m, 1h30m); default: until resumed",
+    )
+
+    p = sub.add_parser(
+        "resume",
+        parents=[common],
+        help="end a pause (Queue.resume)",
+        description="End the pause of exactly this group, type, or type within a group.",
+    )
+    p.add_argument("--group", default=None, help="the paused group")
+    p.add_argument("--type", default=None, help="the paused job type")
+
+    sub.add_parser(
+        "pauses",
+        parents=[common, as_json],
+        help="the pauses in force (Queue.pauses)",
+        description="Each pause in force: the group, the type, when it was made and "
+        "when it ends (database clock).",
+    )
+
+    p = sub.add_parser(
         "close",
         parents=[common, as_json],
         help="end an empty container done (Queue.close_container)",
@@ -1145,6 +1178,11 @@ def render_status(st: Any, database: str, prefix: str, *, max_rows: int | None =
                         "yellow",
                     )
                 )
+    if st.pauses:
+        from readyq.reports import pause_line
+
+        for pause in st.pauses:
+            parts.append(_text(pause_line(pause), "bold yellow"))
     for u in st.unclaimed_types:
         parts.append(
             _text(
@@ -1467,6 +1505,51 @@ def cmd_cancel(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_pause(args: argparse.Namespace) -> int:
+    queue = _open(args)
+    try:
+        queue.pause(group=args.group, type=args.type, until=args.until)
+        (shown,) = [
+            p for p in queue.pauses() if (p.group, p.type) == (args.group, args.type)
+        ] or [None]
+    finally:
+        queue.close()
+    from readyq.reports import pause_line
+
+    _say(pause_line(shown) if shown is not None else "paused (the pause has ended already)")
+    return 0
+
+
+def cmd_resume(args: argparse.Namespace) -> int:
+    queue = _open(args)
+    try:
+        resumed = queue.resume(group=args.group, type=args.type)
+    finally:
+        queue.close()
+    if not resumed:
+        raise CLIError("no such pause stands")
+    _say("resumed")
+    return 0
+
+
+def cmd_pauses(args: argparse.Namespace) -> int:
+    from readyq.reports import pause_json, pause_line
+
+    queue = _open(args)
+    try:
+        pauses = queue.pauses()
+    finally:
+        queue.close()
+    if args.json:
+        _print_json([pause_json(p) for p in pauses])
+        return 0
+    if not pauses:
+        _say("no pauses")
+    for p in pauses:
+        _say(pause_line(p))
+    return 0
+
+
 def cmd_close(args: argparse.Namespace) -> int:
     queue = _open(args)
     try:
@@ -1745,14 +1828,24 @@ def _attempts_cell(j: Any) -> str:
 def cmd_jobs(args: argparse.Namespace) -> int:
     from rich.table import Table
 
+    from readyq.reports import pauses_of
+
     flt = _job_filter(args)
     queue = _open(args)
     try:
         page = queue.jobs(flt, order=args.order, limit=args.limit, cursor=args.cursor)
+        pauses = queue.pauses()
     finally:
         queue.close()
     if args.json:
-        _print_json(page.to_json())
+        from readyq.reports import pause_json
+
+        paused = [
+            j.id for j in page.jobs
+            if j.state.value == "ready" and pauses_of(pauses, j.group, j.type)
+        ]
+        _print_json({**page.to_json(), "paused_ids": paused,
+                     "pauses": [pause_json(p) for p in pauses]})
         return 0
     console = _console()
     table = Table(
@@ -1772,7 +1865,9 @@ def cmd_jobs(args: argparse.Namespace) -> int:
         table.add_row(
             _text(j.id),
             _text(j.type + (" (container)" if j.is_container else "")),
-            _state(j.state.value),
+            _text(f"{j.state.value} (paused)", "yellow")
+            if j.state.value == "ready" and pauses_of(pauses, j.group, j.type)
+            else _state(j.state.value),
             _text(j.group),
             _text(_attempts_cell(j)),
             _text("-" if created is None else f"{_ago(created)} ago"),
@@ -1914,6 +2009,9 @@ COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "dag": cmd_dag,
     "retry": cmd_retry,
     "cancel": cmd_cancel,
+    "pause": cmd_pause,
+    "resume": cmd_resume,
+    "pauses": cmd_pauses,
     "close": cmd_close,
     "prune": cmd_prune,
     "top": cmd_top,

@@ -180,6 +180,11 @@ class InvalidArgument(ReadyqError, ValueError):
     or graph size."""
 
 
+class InvalidPause(ReadyqError, ValueError):
+    """A pause or a resume was given neither a group nor a type, a bad key, or a bad
+    ``until`` (a naive or out-of-range datetime, a duration that is not positive)."""
+
+
 class InvalidFilter(ReadyqError, ValueError):
     """A job listing or a bulk action was given a bad filter: an unknown state, a bad
     key or id, a time range that ends before it starts, a bad order or page size; or a

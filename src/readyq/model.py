@@ -156,6 +156,25 @@ class GroupStats:
 
 
 @dataclass(frozen=True)
+class Pause:
+    """A pause in force: no worker claims the jobs it names until it ends.
+
+    Attributes:
+        group: the paused group (None: every group).
+        type: the paused job type (None: every type). A pause names a group, a type, or
+            a type within a group.
+        until: when it ends by itself, on the database clock (None: at a resume).
+        since: when it was made.
+    """
+
+    group: str | None
+    type: str | None
+    until: datetime | None
+    since: datetime
+
+
+
+@dataclass(frozen=True)
 class ResourceStats:
     """One named resource, read with the database's clock.
 

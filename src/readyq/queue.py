@@ -29,6 +29,7 @@ from readyq.errors import (
     InvalidJobId,
     InvalidJobOption,
     InvalidParent,
+    InvalidPause,
     InvalidRateLimit,
     InvalidResource,
     InvalidResourceUse,
@@ -41,7 +42,7 @@ from readyq.handlers import HandlerRegistry, HandlerSpec
 from readyq.isolation import ISOLATIONS, check_handler_shape
 from readyq.listing import DEFAULT_LIMIT, JobFilter, check_limit, check_order, filter_of
 from readyq.metrics import Observers
-from readyq.model import Enqueued, GroupStats, JobInfo, JobState, ResourceStats
+from readyq.model import Enqueued, GroupStats, JobInfo, JobState, Pause, ResourceStats
 from readyq.payload import DEFAULT_MAX_PAYLOAD_BYTES, encode
 from readyq.planning.backoff import DEFAULT_RETRY_BASE, DEFAULT_RETRY_MAX
 from readyq.planning.caps import Limits
@@ -117,6 +118,47 @@ def _seconds(
             f"{what} must be at most a century ({MAX_SECONDS:,.0f} seconds), not {value!r}"
         )
     return seconds
+
+
+def _instant_or_delay(
+    value: datetime | timedelta | float | None, what: str, *, allow_zero: bool
+) -> tuple[float | None, float | None]:
+    """(epoch instant, None) for an aware datetime, (None, seconds) for a delay."""
+    if not isinstance(value, datetime):
+        return None, _seconds(value, what, allow_zero=allow_zero)
+    if value.tzinfo is None or value.utcoffset() is None:
+        # A naive datetime means local time to datetime.now() but UTC to timestamp() of
+        # a replaced tzinfo: refuse the ambiguity.
+        raise InvalidJobOption(
+            f"{what} {value.isoformat()} is a naive datetime: give an aware one "
+            "(datetime.now(timezone.utc) + timedelta(...)) or a delay in seconds or as a "
+            "timedelta"
+        )
+    try:
+        return value.astimezone(timezone.utc).timestamp(), None
+    except OverflowError:  # within a day of year 1 or 9999, not in UTC
+        raise InvalidJobOption(f"{what} {value.isoformat()} is out of range in UTC") from None
+
+
+def pause_target(group: Any, type: Any) -> tuple[str | None, str | None]:
+    """The (group, type) a pause or a resume names, checked; InvalidPause otherwise."""
+    if group is None and type is None:
+        raise InvalidPause("a pause names a group, a type or both")
+    try:
+        return (
+            None if group is None else _key(group, "group"),
+            None if type is None else _key(type, "type"),
+        )
+    except InvalidJobOption as exc:
+        raise InvalidPause(str(exc)) from None
+
+
+def pause_until(value: datetime | timedelta | float | None) -> tuple[float | None, float | None]:
+    """A pause's ``until`` as (epoch instant, None) or (None, seconds from now)."""
+    try:
+        return _instant_or_delay(value, "until", allow_zero=False)
+    except InvalidJobOption as exc:
+        raise InvalidPause(str(exc)) from None
 
 
 def queue_duration(value: float | timedelta | None, what: str) -> float | None:
@@ -625,25 +667,7 @@ class Queue:
                 raise InvalidJobOption("depends_on must be a list of job ids") from None
             deps = tuple(dict.fromkeys(check_job_id(d, "depends_on") for d in given))
         parent_id = None if parent is None else check_job_id(parent, "parent")
-        run_at: float | None = None
-        delay: float | None = None
-        if isinstance(run_after, datetime):
-            if run_after.tzinfo is None or run_after.utcoffset() is None:
-                # A naive datetime means local time to datetime.now() but UTC to
-                # timestamp() of a replaced tzinfo: refuse the ambiguity.
-                raise InvalidJobOption(
-                    f"run_after {run_after.isoformat()} is a naive datetime: give an aware "
-                    "one (datetime.now(timezone.utc) + timedelta(...)) or a delay in "
-                    "seconds or as a timedelta"
-                )
-            try:
-                run_at = run_after.astimezone(timezone.utc).timestamp()
-            except OverflowError:  # within a day of year 1 or 9999, not in UTC
-                raise InvalidJobOption(
-                    f"run_after {run_after.isoformat()} is out of range in UTC"
-                ) from None
-        elif run_after is not None:
-            delay = _seconds(run_after, "run_after", allow_zero=True)
+        run_at, delay = _instant_or_delay(run_after, "run_after", allow_zero=True)
         return NewJob(
             options.type,
             encode(args, max_bytes=self.max_payload_bytes),
@@ -983,6 +1007,39 @@ class Queue:
         """
         self.check_open()
         self.store.close_container(check_job_id(job_id))
+
+    def pause(
+        self,
+        *,
+        group: str | None = None,
+        type: str | None = None,
+        until: datetime | timedelta | float | None = None,
+    ) -> None:
+        """Pause a group, a job type, or a type within a group: from the commit on, no
+        worker on any host claims their ready jobs. Jobs already running go on.
+
+        ``until`` (an aware datetime, or seconds or a timedelta from now, on the
+        database clock) ends the pause by itself; without it, it stands until
+        :meth:`resume`. Pausing again what is paused replaces its ``until``. The global
+        cap is shared among the groups that are not paused, and units held in reserve
+        for a paused job are released. Raises :class:`readyq.InvalidPause`.
+        """
+        self.check_open()
+        group_key, type_ = pause_target(group, type)
+        at, delay = pause_until(until)
+        self.store.pause_jobs(group_key, type_, at, delay)
+
+    def resume(self, *, group: str | None = None, type: str | None = None) -> bool:
+        """End the pause of exactly this group, type or pair; False if none stood.
+        Raises :class:`readyq.InvalidPause`."""
+        self.check_open()
+        group_key, type_ = pause_target(group, type)
+        return self.store.resume_jobs(group_key, type_)
+
+    def pauses(self) -> list[Pause]:
+        """The pauses in force now (:class:`readyq.Pause`), by group then type."""
+        self.check_open()
+        return self.store.pauses()
 
     def stuck(
         self, *, empty_after: float | timedelta = 60.0, limit: int = 100

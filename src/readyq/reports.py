@@ -5,11 +5,12 @@ of the database's clock; ``to_json()`` writes them as ISO 8601 UTC.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
 
-from readyq.model import IN_FLIGHT_STATES, JobInfo, JobState, ResourceStats
+from readyq.model import IN_FLIGHT_STATES, JobInfo, JobState, Pause, ResourceStats
 
 STATE_ORDER = tuple(s.value for s in JobState)
 
@@ -167,6 +168,7 @@ class Status:
     unclaimed_types: list[UnclaimedType] = field(default_factory=list)
     resources: list[ResourceStats] = field(default_factory=list)
     stuck: list[StuckJob] = field(default_factory=list)
+    pauses: list[Pause] = field(default_factory=list)
 
     @property
     def total(self) -> int:
@@ -187,7 +189,40 @@ class Status:
             "unclaimed_types": [u.to_json() for u in self.unclaimed_types],
             "resources": [resource_json(r) for r in self.resources],
             "stuck": [s.to_json() for s in self.stuck],
+            "pauses": [pause_json(p) for p in self.pauses],
         }
+
+
+def pause_json(p: Pause) -> dict[str, Any]:
+    """One pause as JSON (instants in ISO 8601 UTC)."""
+    return {
+        "group": p.group, "type": p.type,
+        "until": None if p.until is None else p.until.isoformat(timespec="milliseconds"),
+        "since": p.since.isoformat(timespec="milliseconds"),
+    }
+
+
+def pause_line(p: Pause) -> str:
+    """What a pause holds and until when, in words (keys as given: escape to show)."""
+    if p.group is not None and p.type is not None:
+        what = f"type {p.type} in group {p.group}"
+    elif p.group is not None:
+        what = f"group {p.group}"
+    else:
+        what = f"type {p.type}"
+    until = (
+        "until resumed" if p.until is None
+        else f"until {p.until.isoformat(timespec='seconds')}"
+    )
+    return f"{what} paused {until}"
+
+
+def pauses_of(pauses: Sequence[Pause], group: str, type_: str) -> list[Pause]:
+    """The pauses that hold back a ready job of ``type_`` in ``group``."""
+    return [
+        p for p in pauses
+        if (p.group is None or p.group == group) and (p.type is None or p.type == type_)
+    ]
 
 
 def resource_json(r: ResourceStats) -> dict[str, Any]:

@@ -211,6 +211,9 @@ def is_job_id(value: object) -> TypeGuard[int]:
 # The id of the gate table's single row.
 GATE_ID = 1
 
+# A pause's group or type when it names only the other (keys are never empty).
+ANY = ""
+
 # ``max_attempts`` of a job enqueued without one: the handler's registration decides,
 # in the claim that first runs the job (``readyq.dialects.base.lease_values``).
 MAX_ATTEMPTS_FROM_HANDLER = 0
@@ -281,6 +284,7 @@ class Tables:
     resources: sa.Table
     reservations: sa.Table
     attempts: sa.Table
+    pauses: sa.Table
     traits: TableTraits = TableTraits()
 
     @property
@@ -527,6 +531,20 @@ def build_tables(prefix: str = DEFAULT_PREFIX, traits: TableTraits = TableTraits
         sa.Column("id", sa.Integer, primary_key=True, autoincrement=False),
         sa.Column("vclock", sa.Double, nullable=False),
         sa.Column("seq", sa.BigInteger, nullable=False),
+        # How many pause rows stand (expired ones included until they are removed): the
+        # claim reads the pauses only when it is not 0, so a queue with none pays nothing.
+        sa.Column("pauses", sa.Integer, nullable=False, server_default="0"),
+    )
+    # Pauses: no claim takes a ready job of a paused group, of a paused type, or of a
+    # paused type in a paused group. ``group_key`` or ``type`` is ANY when the pause names
+    # only the other; ``until`` (database clock) ends it, NULL holds it until a resume.
+    pauses = sa.Table(
+        f"{prefix}pauses",
+        md,
+        sa.Column("group_key", Key, primary_key=True),
+        sa.Column("type", Key, primary_key=True),
+        sa.Column("until", Instant, nullable=True),
+        sa.Column("created_at", Instant, nullable=False),
     )
     # Rate limits shared by every worker: the definition, and a ring of ``capacity`` slots
     # holding the instants of the latest starts (database clock). A start is allowed
@@ -598,5 +616,6 @@ def build_tables(prefix: str = DEFAULT_PREFIX, traits: TableTraits = TableTraits
         resources=resources,
         reservations=reservations,
         attempts=attempts,
+        pauses=pauses,
         traits=traits,
     )

@@ -380,3 +380,23 @@ def test_async_queue_on_psycopg_async(db: str, dialect_name: str) -> None:
             await engine.dispose()
 
     assert asyncio.run(main()) == [{"n": 0}, {"n": 1}, {"n": 2}]
+
+
+def test_pause_and_resume(api: Api) -> None:
+    a = api.enqueue("x", {}, group="a")
+    b = api.enqueue("x", {}, group="b")
+    api.call(api.q.pause, group="a", until=3600)
+    (p,) = api.call(api.q.pauses)
+    assert (p.group, p.type) == ("a", None) and p.until is not None
+    claimed = api.store_call(
+        "claim_jobs", owner="t", cap=10, limit=10, ttl=30.0, types=["x"]
+    )
+    assert [c.id for c in claimed] == [b]
+    with pytest.raises(readyq.InvalidPause):
+        api.call(api.q.resume)
+    assert api.call(api.q.resume, group="a") is True
+    assert api.call(api.q.pauses) == []
+    claimed = api.store_call(
+        "claim_jobs", owner="t", cap=10, limit=10, ttl=30.0, types=["x"]
+    )
+    assert [c.id for c in claimed] == [a]

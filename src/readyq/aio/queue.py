@@ -26,7 +26,7 @@ from readyq.engines import DEFAULT_IDLE_TRANSACTION_TIMEOUT, DEFAULT_LOCK_TIMEOU
 from readyq.errors import ConfigurationError
 from readyq.handlers import HandlerSpec
 from readyq.listing import DEFAULT_LIMIT, JobFilter
-from readyq.model import Enqueued, GroupStats, JobInfo, JobState, ResourceStats
+from readyq.model import Enqueued, GroupStats, JobInfo, JobState, Pause, ResourceStats
 from readyq.payload import DEFAULT_MAX_PAYLOAD_BYTES
 from readyq.planning.backoff import DEFAULT_RETRY_BASE, DEFAULT_RETRY_MAX
 from readyq.planning.caps import Limits
@@ -316,6 +316,24 @@ class AsyncQueue:
     async def close_container(self, job_id: int) -> None:
         """See :meth:`readyq.Queue.close_container`."""
         await greenlet_spawn(self._queue.close_container, job_id)
+
+    async def pause(
+        self,
+        *,
+        group: str | None = None,
+        type: str | None = None,
+        until: datetime | timedelta | float | None = None,
+    ) -> None:
+        """See :meth:`readyq.Queue.pause`."""
+        await greenlet_spawn(self._queue.pause, group=group, type=type, until=until)
+
+    async def resume(self, *, group: str | None = None, type: str | None = None) -> bool:
+        """See :meth:`readyq.Queue.resume`."""
+        return await greenlet_spawn(self._queue.resume, group=group, type=type)
+
+    async def pauses(self) -> list[Pause]:
+        """See :meth:`readyq.Queue.pauses`."""
+        return await greenlet_spawn(self._queue.pauses)
 
     async def stuck(
         self, *, empty_after: float | timedelta = 60.0, limit: int = 100

@@ -33,7 +33,7 @@ PREFIX_ATTRIBUTE = "readyq_prefix"
 #: The branch label of readyq's revisions (``alembic upgrade readyq@head``).
 BRANCH_LABEL = "readyq"
 #: The newest revision shipped with this version of readyq.
-HEAD_REVISION = "readyq_0013"
+HEAD_REVISION = "readyq_0014"
 
 _HERE = Path(__file__).resolve().parent
 
@@ -59,7 +59,7 @@ def readyq_table_names(prefix: str = DEFAULT_PREFIX) -> frozenset[str]:
     return frozenset(
         f"{prefix}{name}" for name in (
             "jobs", "job_deps", "groups", "gate", "rate_limits", "rate_slots", "resources",
-            "reservations", "alembic_version",
+            "reservations", "pauses", "alembic_version",
         )
     )
 

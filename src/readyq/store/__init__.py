@@ -38,7 +38,7 @@ from readyq.dialects import (
 )
 from readyq.errors import SchemaNotFound
 from readyq.listing import JobFilter
-from readyq.model import ClaimedJob, GroupStats, JobInfo, ResourceStats, job_log_fields
+from readyq.model import ClaimedJob, GroupStats, JobInfo, Pause, ResourceStats, job_log_fields
 from readyq.rate_limits import RateLimit
 from readyq.reports import (
     AttemptRecord,
@@ -56,7 +56,16 @@ from readyq.reports import (
 from readyq.resources import decode as decode_uses
 from readyq.schema import GATE_ID, Tables, build_tables
 from readyq.store import claim as claim_unit
-from readyq.store import control, enqueue, history, inspection, outcomes, resource_claim, sweeps
+from readyq.store import (
+    control,
+    enqueue,
+    history,
+    inspection,
+    outcomes,
+    pauses,
+    resource_claim,
+    sweeps,
+)
 from readyq.store.context import Clock, Hooks, StoreContext
 from readyq.store.records import (
     Applied,
@@ -599,6 +608,29 @@ class Store:
         return result
 
     # -- control ------------------------------------------------------------------------
+
+    def pause_jobs(
+        self,
+        group: str | None,
+        type_: str | None,
+        until_at: float | None = None,
+        until_delay: float | None = None,
+    ) -> None:
+        """Pause a group, a type or a type within a group; see ``Queue.pause``."""
+        self.write(
+            lambda conn: pauses.pause(self.context, conn, group, type_, until_at, until_delay),
+            what="pause",
+        )
+
+    def resume_jobs(self, group: str | None, type_: str | None) -> bool:
+        """End a pause; see ``Queue.resume``."""
+        return self.write(
+            lambda conn: pauses.resume(self.context, conn, group, type_), what="resume"
+        )
+
+    def pauses(self) -> list[Pause]:
+        """The pauses in force now."""
+        return self.read(lambda conn: pauses.pauses(self.context, conn))
 
     def cancel(self, job_id: int, by: str = "api") -> control.Cancelled | None:
         """Cancel a job; see ``Queue.cancel``. None when it had already ended, else what

@@ -7,7 +7,10 @@ record the fair-share progress. Rate limits hook in twice: after the gate lock, 
 claim reads what each limit still allows (types whose limit is spent leave the claim),
 and each group's claim goes through :class:`Budget`, which claims a type whose
 allowance is smaller than the request separately, up to its allowance, and stamps the
-limit's slots after the claim statement. Every instant is the database's.
+limit's slots after the claim statement. Pauses hook in after the gate lock too: the
+gate row counts them, and only a claim that sees a count reads them
+(:mod:`readyq.store.pauses`), leaving out the paused groups and types. Every instant is
+the database's.
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ from readyq.planning.fair_share import (
 from readyq.planning.fair_share import Progress as FairShareProgress
 from readyq.rate_limits import RateLimit
 from readyq.schema import GATE_ID, Tables
+from readyq.store import pauses as pause_rows
 from readyq.store.context import StoreContext
 
 # Rate-limit slots are created and removed this many rows per statement.
@@ -53,13 +57,13 @@ def open_claim(ctx: StoreContext, conn: Connection) -> None:
 
 
 def lock_gate(ctx: StoreContext, conn: Connection) -> Any:
-    """Lock the gate row (claims take turns on it) and return its (vclock, seq)."""
+    """Lock the gate row (claims take turns on it) and return its (vclock, seq, pauses)."""
     t, d = ctx.tables, ctx.dialect
     gate = d.execute(
         conn,
         d.cached(
             ("gate", t.gate.name),
-            lambda: sa.select(t.gate.c.vclock, t.gate.c.seq)
+            lambda: sa.select(t.gate.c.vclock, t.gate.c.seq, t.gate.c.pauses)
             .where(t.gate.c.id == GATE_ID)
             .with_for_update(),
         ),
@@ -105,6 +109,13 @@ def claim_jobs(
         if not early:
             return NOTHING
     gate = lock_gate(ctx, conn)
+    paused = pause_rows.standing(ctx, conn) if gate.pauses else None
+    if paused:
+        # The counts read before the lock may hold what is paused: read again under it.
+        early = None
+        types = pause_rows.claim_types(ctx, conn, paused, types)
+        if types is not None and not types:
+            return NOTHING
     history: dict[str, tuple[float, int]]
     if early is not None:
         ready = early
@@ -121,10 +132,14 @@ def claim_jobs(
             return NOTHING
     if early is None:
         ready, history = d.runnable_counts(conn, t, now, types, cap, with_history=True)
+    group_types = None
+    if paused:
+        ready, group_types = pause_rows.unpaused_counts(ctx, conn, paused, ready, types, cap)
     if not ready:
         return NOTHING
     return claim_shares(
-        ctx, conn, owner, cap, limit, ttl, types, start, ready, flight, history, gate, budget
+        ctx, conn, owner, cap, limit, ttl, types, start, ready, flight, history, gate, budget,
+        group_types=group_types,
     )
 
 
@@ -143,6 +158,7 @@ def claim_shares(
     gate: Any,
     budget: Budget | None,
     uses: Mapping[str, str] | None = None,
+    group_types: Mapping[str, Sequence[str]] | None = None,
 ) -> ClaimReceipt:
     """With the gate row locked and the counts read (``ready`` and ``flight``: group ->
     (jobs, largest weight); ``history``: group -> (vfinish, served_seq)), plan each
@@ -150,7 +166,8 @@ def claim_shares(
 
     ``uses`` (job type -> stored costs) is written into the claimed rows that have none
     (:class:`~readyq.dialects.ClaimRequest`): a claim that weighs resources comes here
-    when the costs cannot change its plan (:mod:`readyq.store.resource_claim`)."""
+    when the costs cannot change its plan (:mod:`readyq.store.resource_claim`).
+    ``group_types`` narrows the types of the groups in which some types are paused."""
     t, d = ctx.tables, ctx.dialect
     now = ctx.now
     total_in_flight = sum(n for n, _ in flight.values())
@@ -158,9 +175,19 @@ def claim_shares(
         return NOTHING
 
     def claim(requests: Sequence[ClaimRequest]) -> list[ClaimedJob]:
-        if budget is None:
-            return d.claim_jobs(conn, t, requests, now)
-        return [c for req in requests for c in budget.claim(conn, t, req, now)]
+        if budget is not None:
+            return [c for req in requests for c in budget.claim(conn, t, req, now)]
+        if group_types:
+            # One statement claims groups of the same types: one per set of types.
+            alike: dict[tuple[str, ...] | None, list[ClaimRequest]] = {}
+            for req in requests:
+                key = None if req.types is None else tuple(req.types)
+                alike.setdefault(key, []).append(req)
+            return [c for same in alike.values() for c in d.claim_jobs(conn, t, same, now)]
+        return d.claim_jobs(conn, t, requests, now)
+
+    def types_of(key: str) -> Sequence[str] | None:
+        return types if group_types is None else group_types.get(key, types)
 
     if len(set(ready) | set(flight)) == 1:
         # One group alone has nothing to share with: claim for it directly and leave
@@ -168,7 +195,8 @@ def claim_shares(
         (key,) = ready
         limit = min(limit, cap - total_in_flight)
         request = ClaimRequest(
-            owner=owner, group=key, limit=limit, ttl=ttl, types=types, start=start, uses=uses
+            owner=owner, group=key, limit=limit, ttl=ttl, types=types_of(key), start=start,
+            uses=uses,
         )
         return _receipt(claim([request]))
     demands = []
@@ -190,8 +218,8 @@ def claim_shares(
     plan = plan_claims(cap, demands, vclock, max_claims=limit)
     requests = [
         ClaimRequest(
-            owner=owner, group=key, limit=plan.claims[key], ttl=ttl, types=types, start=start,
-            uses=uses,
+            owner=owner, group=key, limit=plan.claims[key], ttl=ttl, types=types_of(key),
+            start=start, uses=uses,
         )
         for key in dict.fromkeys(plan.picks)
     ]
@@ -200,7 +228,7 @@ def claim_shares(
     if budget is None:
         expected = planned_progress(plan, seq)
         recorder = ctx.progress_recorder
-        if recorder is not None:
+        if recorder is not None and not group_types:
             # The claim also stores the progress the plan expects; it is corrected below
             # in the rare case that fewer jobs came back (rows locked by another
             # transaction are skipped).

@@ -46,8 +46,10 @@ from readyq.planning.drf import (
     progress_of,
 )
 from readyq.planning.fair_share import GroupDemand, plan_claims
+from readyq.planning.pauses import Standing
 from readyq.rate_limits import RateLimit
 from readyq.resources import decode, encode
+from readyq.store import pauses as pause_rows
 from readyq.store.claim import (
     NOTHING,
     Budget,
@@ -145,11 +147,19 @@ def claim_weighed(
         if not ready:
             return NOTHING
     gate = lock_gate(ctx, conn)
+    paused = pause_rows.standing(ctx, conn) if gate.pauses else None
+    if paused:
+        # The counts read before the lock may hold what is paused: read again under it.
+        ready = None
+        types = pause_rows.claim_types(ctx, conn, paused, types)
+        if types is not None and not types:
+            return NOTHING
     due = log.due(view.capacity)
     log.stage(due)
     if due:
         record_capacities(ctx, conn, due)
     budget = None
+    group_types: dict[str, list[str]] = {}
     if ready is None:
         if rate_limits:
             in_flight = sum(n for n, _ in d.in_flight(conn, t).values())
@@ -159,7 +169,11 @@ def claim_weighed(
                 if not types:
                     return NOTHING
         ready, _ = d.runnable_counts(conn, t, now, types, cap, costed=True)
-    if budget is None:
+    if paused:
+        ready, group_types = pause_rows.unpaused_counts(
+            ctx, conn, paused, ready, types, cap, costed=True
+        )
+    if budget is None and not (paused and paused.pairs):
         plain = _claim_if_plain(
             ctx, conn, owner, cap, limit, ttl, types, start, ready, view, gate
         )
@@ -176,6 +190,10 @@ def claim_weighed(
         for key, (n, _) in ready.items()
     }
     state = d.resource_state(conn, t, now, want, types)
+    if paused:
+        state = state._replace(
+            heads=unpaused_heads(ctx, conn, paused, state.heads, want, group_types)
+        )
     held: dict[str, dict[str, int]] = {}
     for group, stored, n, w in state.flight:
         mine = held.setdefault(group, {})
@@ -207,7 +225,8 @@ def claim_weighed(
     next_seq = 1
     for job_id, rseq, held_text, job_state, type_, group, w, is_due in state.reservations:
         next_seq = max(next_seq, rseq + 1)
-        if job_state != "ready" or not is_due:
+        if job_state != "ready" or not is_due or (paused and paused.blocks(group, type_)):
+            # A reservation of a job that is no longer ready (or is paused) is released.
             drop.append(job_id)
             continue
         held_for = decode(held_text)
@@ -238,7 +257,7 @@ def claim_weighed(
     else:
         plan, states = _plan(
             ctx, conn, state, cost, capacity, held, ready, weight, history, standing,
-            want, most, limit, types, vclock,
+            want, most, limit, types, vclock, paused, group_types,
         )
         alone = len(states) == 1
     picks = list(plan.picks)
@@ -385,6 +404,8 @@ def _plan(
     limit: int,
     types: Sequence[str] | None,
     vclock: float,
+    paused: Standing | None,
+    group_types: Mapping[str, Sequence[str]],
 ) -> tuple[DrfPlan, list[GroupState]]:
     """The plan over every group's first jobs; a group whose first jobs the plan used
     up, with more to run, is read again in full and the plan made again."""
@@ -409,8 +430,29 @@ def _plan(
             break
         want.update(short)
         more = ctx.dialect.resource_heads(conn, ctx.tables, ctx.now, short, types)
+        if paused:
+            more = unpaused_heads(ctx, conn, paused, more, short, group_types)
         heads.update(candidates(more, cost))
     return plan, states
+
+
+def unpaused_heads(
+    ctx: StoreContext,
+    conn: Connection,
+    paused: Standing,
+    heads: list[tuple[Any, ...]],
+    want: Mapping[str, int],
+    group_types: Mapping[str, Sequence[str]],
+) -> list[tuple[Any, ...]]:
+    """The heads rows (id, group, type, ...) that no pause holds back; the first jobs
+    of a group in which some types are paused are read again, of its other types."""
+    out = [row for row in heads if row[1] not in group_types and not paused.blocks(*row[1:3])]
+    for group, mine in sorted(group_types.items()):
+        if group in want and mine:
+            out += ctx.dialect.resource_heads(
+                conn, ctx.tables, ctx.now, {group: want[group]}, mine
+            )
+    return out
 
 
 def heads_window(runnable: int, most: int, reserved: int) -> int:

@@ -43,6 +43,7 @@ from readyq.errors import (
     AdminError,
     ConfigurationError,
     InvalidFilter,
+    InvalidPause,
     JobNotFound,
     NotCancellable,
     NotRetryable,
@@ -56,8 +57,9 @@ from readyq.listing import (
     check_limit,
     check_order,
 )
+from readyq.model import JobState
 from readyq.queue import Queue
-from readyq.reports import INSTANTS, iso, resource_json
+from readyq.reports import INSTANTS, iso, pause_json, pauses_of, resource_json
 from readyq.schema import MAX_ID
 from readyq.untrusted import one_line
 from readyq.web.live import Changes
@@ -399,7 +401,28 @@ def create_app(
     async def overview_data() -> dict[str, Any]:
         ov = await d.call(store.overview, window=SERIES_WINDOW, buckets=SERIES_BUCKETS)
         resources = await d.call(q.resource_stats)
-        return {"ov": ov, "cap": d.cap, "resources": list(resources.values())}
+        pauses = await d.call(q.pauses)
+        return {"ov": ov, "cap": d.cap, "resources": list(resources.values()),
+                "pauses": pauses}
+
+    async def pause_action(request: Request) -> str:
+        """Pause or resume as the request's form says; the action done."""
+        action = request.path_params["action"]
+        if action not in ("pause", "resume"):
+            raise HTTPException(404)
+        form = await d.check_action(request, action)
+        group = form.get("group") or None
+        type_ = form.get("type") or None
+        if action == "resume":
+            await d.call(q.resume, group=group, type=type_)
+            return "resumed"
+        text = form.get("until") or ""
+        try:
+            until = admin.parse_duration(text) if text else None
+        except ValueError as exc:
+            raise InvalidPause(f"until: {exc}") from None
+        await d.call(q.pause, group=group, type=type_, until=until)
+        return "paused"
 
     async def jobs_data(params: Any) -> dict[str, Any]:
         flt = filter_from(params)
@@ -407,7 +430,15 @@ def create_app(
         limit = _page_limit(params)
         cursor = params.get("cursor") or None
         page = await d.call(q.jobs, flt, order=order, limit=limit, cursor=cursor)
-        return {"page": page, "filter": flt, "order": order, "limit": limit}
+        pauses = await d.call(q.pauses)
+        paused_ids = {
+            j.id for j in page.jobs
+            if j.state is JobState.READY and pauses_of(pauses, j.group, j.type)
+        }
+        # The pause that the filter's group and type name exactly, if any stands.
+        named = [p for p in pauses if (p.group, p.type) == (flt.group, flt.type)]
+        return {"page": page, "filter": flt, "order": order, "limit": limit,
+                "paused_ids": paused_ids, "filter_pause": named[0] if named else None}
 
     async def graph_data(job_id: int, params: Any) -> dict[str, Any]:
         text = params.get("max_nodes") or str(GRAPH_NODES)
@@ -513,7 +544,28 @@ def create_app(
             back=f"{d.base(request)}/jobs" + (f"?{filter_text}" if filter_text else ""),
         )
 
+    async def pause_page_action(request: Request) -> Response:
+        await pause_action(request)
+        form = await request.form()
+        if form.get("back") == "jobs":
+            # Back to the listing the buttons were on: its group and type filter.
+            back = {k: v for k in ("group", "type") if isinstance(v := form.get(k), str) and v}
+            return RedirectResponse(
+                f"{d.base(request)}/jobs?{urllib.parse.urlencode(back)}", status_code=303
+            )
+        return RedirectResponse(f"{d.base(request)}/", status_code=303)
+
     # -- the JSON API ------------------------------------------------------------------------
+
+    async def api_pauses(request: Request) -> Response:
+        await d.allow(request, "view")
+        pauses = await d.call(q.pauses)
+        return JSONResponse({"pauses": [pause_json(p) for p in pauses]})
+
+    async def api_pause_action(request: Request) -> Response:
+        did = await pause_action(request)
+        pauses = await d.call(q.pauses)
+        return JSONResponse({"did": did, "pauses": [pause_json(p) for p in pauses]})
 
     async def api_overview(request: Request) -> Response:
         await d.allow(request, "view")
@@ -521,6 +573,7 @@ def create_app(
         return JSONResponse({
             **data["ov"].to_json(), "cap": data["cap"],
             "resources": [resource_json(r) for r in data["resources"]],
+            "pauses": [pause_json(p) for p in data["pauses"]],
         })
 
     async def api_jobs(request: Request) -> Response:
@@ -646,6 +699,9 @@ def create_app(
         Route("/jobs/{job_id:readyq_job_id}/{action}", job_action, methods=["POST"],
               name="job_action"),
         Route("/workers", workers_page, name="workers"),
+        Route("/pauses/{action}", pause_page_action, methods=["POST"], name="pause_action"),
+        Route("/api/pauses", api_pauses),
+        Route("/api/pauses/{action}", api_pause_action, methods=["POST"]),
         Route("/api/overview", api_overview),
         Route("/api/jobs", api_jobs),
         Route("/api/jobs/{job_id:readyq_job_id}", api_job),
@@ -662,6 +718,7 @@ def create_app(
         exception_handlers={
             Forbidden: on_forbidden,
             InvalidFilter: on_bad_filter,
+            InvalidPause: on_bad_filter,
             JobNotFound: on_not_found,
             AdminError: on_admin_error,
             HTTPException: on_http,
