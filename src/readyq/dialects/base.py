@@ -379,7 +379,8 @@ class Dialect(ABC):
 
         The claim, the runnable counts and the runnable probe take the first rows of an
         index range in index order and stop; a planner that misjudges the range's size
-        might read it whole instead (see :meth:`PostgresDialect.pin_index_order`).
+        might read it whole instead (see
+        :meth:`readyq.dialects.postgresql.PostgresDialect.pin_index_order`).
         """
 
     @abstractmethod

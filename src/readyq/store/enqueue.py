@@ -344,7 +344,7 @@ def row_values(
     parent_id: int | None,
     open_children: int,
 ) -> tuple[Any, ...]:
-    """The values of a new row, in the order of :data:`ROW_KEYS`."""
+    """The values of a new row, in the order of :data:`readyq.schema.ROW_KEYS`."""
     return (
         job.type,
         job.args_json,
