@@ -121,7 +121,7 @@ def test_each_direct_statement_returns_what_sqlalchemy_returns(
     # fair-share progress, the counts, and the idle and reclaim checks
     assert {"UPDATE readyq_jobs SET", "UPDATE readyq_groups SET", "UPDATE readyq_gate SET",
             "SELECT readyq_job_deps.job_id, readyq_jobs.is_container",
-            "SELECT readyq_gate.vclock, readyq_gate.seq",
+            "SELECT readyq_gate.vclock, readyq_gate.seq,",  # and the pauses standing
             "SELECT readyq_jobs.id FROM"} <= kinds, kinds
     assert sum(compared.values()) >= 50
 
