@@ -31,6 +31,8 @@ def test_demo_command_exits_zero_on_the_embedded_default(tmp_path: object) -> No
     )
     assert out.returncode == 0, out.stdout + out.stderr
     assert "all checks passed" in out.stdout
+    # Its styles are applied, not shown as markup.
+    assert "[/]" not in out.stdout and "[bold" not in out.stdout and "\\[" not in out.stdout
 
 
 def test_demo_honours_the_prefix_and_prints_the_status_command_that_finds_it(

@@ -201,7 +201,8 @@ def run_demo(
             f"[bold]readyq demo[/] on {queue.database} at {escape(_shown(url))}, table "
             f"prefix {queue.prefix}: {len(ids)} jobs "
             f"(fetch → parse → {len(ids) - 4} transforms for {tenants} "
-            f"in a container → report); {workers} workers sharing a cap of {cap}"
+            f"in a container → report); {workers} workers sharing a cap of {cap}",
+            markup=True,  # the console may show plain strings as text: this one is styled
         )
         pool = [
             queue.worker(concurrency=cap, poll_interval=0.05, lease_ttl=30, heartbeat_interval=5)
@@ -239,6 +240,7 @@ def run_demo(
         "the jobs stay in the database; see them with: "
         + escape(status_command(url, prefix)),
         soft_wrap=True,
+        markup=True,
     )
     return report
 
@@ -276,14 +278,17 @@ def print_report(report: DemoReport, console: Console) -> None:
     mark = "[green]ok[/]" if report.edges_violated == 0 else "[red]VIOLATED[/]"
     console.print(
         f"dependency order: {report.edges_checked} edges checked, "
-        f"{report.edges_violated} started before their dependency ended: {mark}"
+        f"{report.edges_violated} started before their dependency ended: {mark}",
+        markup=True,
     )
     cap_mark = "[green]ok[/]" if report.max_in_flight <= report.cap else "[red]EXCEEDED[/]"
     console.print(
         f"global cap: at most {report.max_in_flight} jobs ran at once "
-        f"(cap {report.cap}): {cap_mark}"
+        f"(cap {report.cap}): {cap_mark}",
+        markup=True,
     )
     console.print(
         f"finished in {report.seconds:.1f}s: "
-        + ("[bold green]all checks passed[/]" if report.ok else "[bold red]checks failed[/]")
+        + ("[bold green]all checks passed[/]" if report.ok else "[bold red]checks failed[/]"),
+        markup=True,
     )

@@ -24,13 +24,23 @@ def crashes(log: str) -> list[str]:
     and discards the connection, nothing failed."""
     lines = log.splitlines()
     found = []
+    exempt = False
     for n, line in enumerate(lines):
         if line.startswith("Traceback") or "Exception in thread" in line:
             before = lines[n - 1] if n else ""
+            chained = n >= 2 and lines[n - 2].startswith(CHAINED)
             if "sqlalchemy.pool" in before and "Exception during reset" in before:
+                exempt = True
                 continue
+            if chained and exempt:
+                continue  # the same logged reset, as its exception chain goes on
+            exempt = False
             found.append("\n".join(lines[max(0, n - 1): n + 30]))
     return found
+
+
+# The lines between two tracebacks of one exception chain.
+CHAINED = ("During handling of the above exception", "The above exception was the direct cause")
 
 
 @dataclass
