@@ -128,6 +128,16 @@ _REFUSED_STATEMENT = (
 )
 
 
+# What SQLite says of a value it refuses, by the code Python 3.11+ names (see
+# SQLiteDialect.refusal_codes), for Python 3.10's sqlite3, which gives the message only.
+_REFUSED_VALUE = (
+    ("not null constraint failed", "SQLITE_CONSTRAINT_NOTNULL"),
+    ("check constraint failed", "SQLITE_CONSTRAINT_CHECK"),
+    ("string or blob too big", "SQLITE_TOOBIG"),
+    ("datatype mismatch", "SQLITE_MISMATCH"),
+)
+
+
 def _locked(exc: BaseException) -> bool:
     """SQLITE_BUSY: another connection holds the lock."""
     text = str(getattr(exc, "orig", exc)).lower()
@@ -324,13 +334,15 @@ class SQLiteDialect(Dialect):
     def error_code(self, exc: BaseException) -> object:
         err = driver_error(exc)
         name = getattr(err, "sqlite_errorname", None)
-        if (
-            name is None
-            and isinstance(err, sqlite3.OperationalError)
-            and any(m in str(err).lower() for m in _REFUSED_STATEMENT)
+        if name is not None or err is None:
+            return name
+        # Python 3.10's sqlite3 gives no error names, only messages.
+        text = str(err).lower()
+        if isinstance(err, sqlite3.OperationalError) and any(
+            m in text for m in _REFUSED_STATEMENT
         ):
-            return "SQLITE_ERROR"  # Python 3.10: no error names, only messages
-        return name
+            return "SQLITE_ERROR"
+        return next((code for message, code in _REFUSED_VALUE if message in text), None)
 
     def is_retryable(self, exc: BaseException) -> bool:
         return super().is_retryable(exc) or _locked(exc)
