@@ -509,6 +509,22 @@ def test_sqlite_rebuild_that_finds_broken_references_changes_nothing(tmp_path: P
     assert "AUTOINCREMENT" not in reflect(url)["native"]["readyq_jobs"]
 
 
+def test_0015_adds_spawned_by_to_a_database_of_0014_and_goes_back(db: str) -> None:
+    assert admin.migrate(db, revision="readyq_0014") == "readyq_0014"
+    with readyq.Queue(db) as queue:
+        old = queue.enqueue("x", {})
+    assert admin.migrate(db) == HEAD_REVISION
+    with readyq.Queue(db) as queue:
+        assert queue.get(old).spawned_by is None
+    assert admin.downgrade(db, revision="readyq_0014") == "readyq_0014"
+    engine = sa.create_engine(db)
+    try:
+        columns = {c["name"] for c in sa.inspect(engine).get_columns("readyq_jobs")}
+    finally:
+        engine.dispose()
+    assert "spawned_by" not in columns
+
+
 def test_0014_adds_pauses_to_a_database_of_0013_and_goes_back(db: str) -> None:
     assert admin.migrate(db, revision="readyq_0013") == "readyq_0013"
     with readyq.Queue(db) as queue:

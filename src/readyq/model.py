@@ -9,6 +9,8 @@ from enum import Enum
 from time import monotonic
 from typing import Any, NamedTuple
 
+from readyq.errors import InvalidJobOption, InvalidUniqueKey
+
 
 class JobState(str, Enum):
     """Where a job is in its life.
@@ -112,6 +114,8 @@ class JobInfo:
     # Who asked for its cancel: "api" (Queue.cancel, readyq.admin), "cli", "dashboard";
     # None if nobody did. The error stays what ended the job (a handler's exception).
     cancelled_by: str | None = None
+    # The job whose handler spawned this one (``Job.spawn``); None for any other job.
+    spawned_by: int | None = None
 
     @property
     def attempt(self) -> int:
@@ -289,6 +293,38 @@ class Job:
     _heartbeat: Callable[..., bool] = field(repr=False)
     _lost: Flag = field(default_factory=Flag, repr=False)
     _cancelled: Flag = field(default_factory=Flag, repr=False)
+    # Checks and builds a spawn, as ``_stage(specs, join=..., parent=...)``: the queue's
+    # ``spawn_of``. None where the job object cannot spawn (hooks).
+    _stage: Callable[..., Any] | None = field(default=None, repr=False)
+    _spawns: list[Any] = field(default_factory=list, repr=False)
+    _spawn_keys: set[str] = field(default_factory=set, repr=False)
+
+    def spawn(self, specs: Any, join: bool = True, parent: int | None = None) -> None:
+        """Add jobs (:class:`readyq.JobSpec` items, a DAG as for ``enqueue_many``) when,
+        and only if, this attempt ends ``done``: they are inserted in the transaction that
+        records that end. An attempt that fails, times out, is cancelled or loses its
+        lease spawns nothing, and a retry spawns afresh.
+
+        The specs are checked now, as ``enqueue_many`` checks them: bad input raises its
+        :class:`readyq.InvalidJob` here and stages nothing. With ``join`` (the default)
+        everything that waits for this job waits for the spawned jobs too. They go into
+        this job's container, if it has one, unless ``parent`` names another container.
+        """
+        if self._stage is None:
+            raise InvalidJobOption("this job object is not a running attempt: it cannot spawn")
+        specs = list(specs)
+        keys = [s.unique_key for s in specs if getattr(s, "unique_key", None) is not None]
+        taken = self._spawn_keys.intersection(keys)
+        if taken:
+            raise InvalidUniqueKey(
+                f"unique_key {sorted(taken)[0]!r} is already given to a job this attempt spawned"
+            )
+        self._spawns.append(self._stage(specs, join=join, parent=parent))
+        self._spawn_keys.update(keys)
+
+    def staged_spawns(self) -> tuple[Any, ...]:
+        """What :meth:`spawn` staged so far, in order (for the worker to record)."""
+        return tuple(self._spawns)
 
     @property
     def lease_lost(self) -> bool:

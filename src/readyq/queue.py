@@ -62,6 +62,7 @@ from readyq.schema import (
     validate_prefix,
 )
 from readyq.store import BatchJob, NewJob, Store
+from readyq.store.records import Spawn
 from readyq.validation import check_model, normalize_args
 from readyq.worker import Worker, WorkerStats
 
@@ -843,6 +844,37 @@ class Queue:
             ])
         """
         specs = list(jobs)
+        self.check_open()
+        batch, where = self.batch_of(specs)
+        ids = self.store.enqueue_many(batch, connection=self._connection(connection))
+        if self._observers:
+            per_type = Counter(spec.type for spec in specs if not spec.container)
+            for type_, n in per_type.items():
+                self._observers.emit("on_enqueued", n, type_)
+        return ids if where is None else [ids[where[pos]] for pos in range(len(specs))]
+
+    def spawn_of(
+        self, specs: Sequence[JobSpec], *, join: bool = True, parent: int | None = None
+    ) -> Spawn:
+        """Check what a handler spawns (``Job.spawn``) and build it, writing nothing."""
+        if not isinstance(join, bool):
+            raise InvalidJobOption(f"join must be True or False, not {join!r}")
+        if parent is not None:
+            parent = check_job_id(parent, "parent")
+        batch, _ = self.batch_of(list(specs))
+        return Spawn(tuple(batch), join, parent)
+
+    def batch_of(
+        self, specs: Sequence[JobSpec]
+    ) -> tuple[list[BatchJob], dict[int, int] | None]:
+        """Check a batch as :meth:`enqueue_many` does and build its rows, writing nothing.
+
+        Returns the rows in an order that inserts every job after those it refers to,
+        and (when that is not the given order) each spec's position among them.
+        Raises the :class:`InvalidJob` that :meth:`enqueue_many` would raise. Checks
+        that need the database (jobs named by id exist, containers have not ended) are
+        left to the insert.
+        """
         if len(specs) > MAX_BATCH:
             raise InvalidJobOption(f"a batch holds at most {MAX_BATCH} jobs, not {len(specs)}")
         keys: dict[str, int] = {}
@@ -876,7 +908,6 @@ class Queue:
                 return keys[value]
             return -1
 
-        self.check_open()
         deps_in: dict[int, list[int]] = {}
         parent_in: dict[int, int | None] = {}
         built: list[NewJob] = []
@@ -959,12 +990,7 @@ class Queue:
                 )
                 for pos in order
             ]
-        ids = self.store.enqueue_many(batch, connection=self._connection(connection))
-        if self._observers:
-            per_type = Counter(spec.type for spec in specs if not spec.container)
-            for type_, n in per_type.items():
-                self._observers.emit("on_enqueued", n, type_)
-        return ids if where is None else [ids[where[pos]] for pos in range(len(specs))]
+        return batch, where
 
     # -- inspect and control ---------------------------------------------------------------------
 
@@ -1177,6 +1203,7 @@ class Queue:
             listen=self.listen,
             default_max_attempts=self.default_max_attempts,
             resources=self._resources,
+            spawner=self.spawn_of,
         )
 
     def run_worker(

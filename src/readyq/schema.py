@@ -495,6 +495,9 @@ def build_tables(prefix: str = DEFAULT_PREFIX, traits: TableTraits = TableTraits
     # Who asked for the job's cancel ("api", "cli", "dashboard"); NULL if nobody did.
     # Last, where migration readyq_0013 adds it.
     jobs.append_column(sa.Column("cancelled_by", sa.String(16), nullable=True))
+    # The job whose handler spawned this one (Job.spawn); NULL otherwise. Last, where
+    # migration readyq_0015 adds it; no foreign key, as a spawner may be pruned first.
+    jobs.append_column(sa.Column("spawned_by", Id, nullable=True))
 
     deps = sa.Table(
         f"{prefix}job_deps",

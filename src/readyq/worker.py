@@ -39,7 +39,7 @@ from readyq.rate_limits import RateLimit
 from readyq.resources import Resource
 from readyq.schema import FALLBACK_MAX_ATTEMPTS
 from readyq.store import Applied, Outcome, OutcomeKind, Recorded, ResourceView, Store
-from readyq.store.records import TIMED_OUT, TIMEOUT, handler_texts
+from readyq.store.records import TIMED_OUT, TIMEOUT, Spawn, handler_texts
 from readyq.tracing import attempt_span, mark_failed, spans_enabled
 from readyq.transient import BACKOFF_MAX, describe, is_transient, next_backoff, waited_out
 from readyq.untrusted import one_line
@@ -260,8 +260,10 @@ def done_outcome(
     spec: HandlerSpec | None = None,
     *,
     duration: float = 0.0,
+    spawns: tuple[Spawn, ...] = (),
 ) -> Outcome:
-    """The outcome of an attempt whose handler returned ``value``.
+    """The outcome of an attempt whose handler returned ``value`` (having staged
+    ``spawns``).
 
     Raises InvalidJobResult when the value cannot be stored (or fails the handler's
     ``result_model``); the caller fails the attempt with it.
@@ -274,7 +276,8 @@ def done_outcome(
             f"the handler of job type {c.type!r} returned a result that cannot be stored: "
             f"the {exc}"
         ) from None
-    return Outcome(job=c, kind=_DONE, result_json=result_json, duration=duration)
+    return Outcome(job=c, kind=_DONE, result_json=result_json, duration=duration,
+                   spawns=spawns)
 
 
 def failed_outcome(
@@ -357,8 +360,11 @@ class Worker:
         listen: bool | None = None,
         default_max_attempts: int = FALLBACK_MAX_ATTEMPTS,
         resources: Mapping[str, Resource] | None = None,
+        spawner: Callable[..., Spawn] | None = None,
     ) -> None:
         self.store = store
+        # Checks and builds what a handler spawns (``Job.spawn``); None: cannot spawn.
+        self.spawner = spawner
         self.options = options
         self.limits = options.limits
         self.lease_ttl = options.lease_seconds
@@ -870,6 +876,7 @@ class Worker:
             _heartbeat=self._job_heartbeat,
             _lost=lost,
             _cancelled=cancelled,
+            _stage=self.spawner,
         )
         entry = RunningAttempt(c, job, spec, lost, cancelled, traced=traced,
                                isolated=c.type in self.isolated_types, unreadable=unreadable)
@@ -906,7 +913,8 @@ class Worker:
             prepare_job(job, spec)
             value = asyncio.run(spec.fn(job)) if spec.is_async else spec.fn(job)
             return done_outcome(entry.claimed, value, self.max_payload_bytes, spec,
-                                duration=time.monotonic() - began)
+                                duration=time.monotonic() - began,
+                                spawns=job.staged_spawns())
         except BaseException as exc:  # a handler's failure, whatever it is, fails it
             return self._failed(entry, began, span, exc)
 

@@ -406,6 +406,7 @@ class AsyncQueue:
             listen=q.listen,
             default_max_attempts=q.default_max_attempts,
             resources=q.resources,
+            spawner=q.spawn_of,
         )
 
     async def run_worker(

@@ -158,7 +158,8 @@ class AsyncWorker(Worker):
             prepare_job(job, spec)
             value = await spec.fn(job)
             return done_outcome(c, value, self.max_payload_bytes, spec,
-                                duration=time.monotonic() - began)
+                                duration=time.monotonic() - began,
+                                spawns=job.staged_spawns())
         except BaseException as exc:  # a handler's failure, whatever it is, fails it
             return self._failed(entry, began, span, exc)
 

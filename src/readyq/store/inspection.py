@@ -519,6 +519,7 @@ def job_detail(ctx: StoreContext, conn: Connection, job_id: int) -> JobDetail:
         "pending_deps": int(m["pending_deps"]),
         "cancel_requested": bool(m["cancel_requested"]),
         "cancelled_by": m["cancelled_by"],
+        "spawned_by": None if m["spawned_by"] is None else int(m["spawned_by"]),
         "lease_owner": m["lease_owner"],
         "lease_token": int(m["lease_token"]),
         "unique_key": m["unique_key"],
@@ -728,6 +729,7 @@ def info_from_row(row: Any, depends_on: tuple[int, ...]) -> JobInfo:
         lease_owner=row.lease_owner,
         unique_key=row.unique_key,
         cancelled_by=row.cancelled_by,
+        spawned_by=None if row.spawned_by is None else int(row.spawned_by),
     )
 
 

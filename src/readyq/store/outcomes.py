@@ -17,6 +17,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from readyq.dialects.base import Dependents
+from readyq.errors import InvalidJob
 from readyq.model import IN_FLIGHT_STATES, ClaimedJob
 from readyq.store.context import StoreContext
 from readyq.store.graph import propagate
@@ -39,6 +40,7 @@ from readyq.store.records import (
     OutcomeKind,
     Recorded,
 )
+from readyq.store.spawns import insert_spawned
 from readyq.untrusted import storable
 
 MAX_ERROR_CHARS = 8000
@@ -155,6 +157,9 @@ def record_outcomes(
     edges = None
     if done:
         edges = _record_done(ctx, conn, owner, done, applied, ended)
+        # Only outcomes that carry spawns pay for this scan's branch.
+        if any(o.spawns for o in done) and _insert_spawns(ctx, conn, owner, done, ended):
+            edges = None
     for o in sorted((o for o in outcomes if o.kind != _DONE), key=_BY_JOB_ID):
         _record_one(ctx, conn, owner, o, applied, ended)
     propagate(ctx, conn, ended, done_edges=edges)
@@ -204,6 +209,46 @@ def _record_done(
         if ok and marked.marked > 0:
             ended.append((o.job.id, "done", o.job.parent_id))
     return None
+
+
+def _insert_spawns(
+    ctx: StoreContext,
+    conn: Connection,
+    owner: str,
+    done: Sequence[Outcome],
+    ended: list[tuple[int, str, int | None]],
+) -> bool:
+    """Insert what the attempts whose ``done`` this transaction recorded spawned.
+
+    A spawn the database refuses now (a job it refers to by id vanished, or a container
+    ended, since the handler staged it) ends its spawner ``failed`` instead, spawning
+    nothing. Returns True if any spawner was so failed (``ended`` then says so).
+    """
+    now_done = {i for i, state, _ in ended if state == "done"}
+    changed = False
+    for o in done:
+        if not o.spawns or o.job.id not in now_done:
+            continue
+        try:
+            insert_spawned(ctx, conn, o.job.id, o.job.parent_id, o.spawns)
+        except InvalidJob as exc:
+            error = stored_error(f"its spawned jobs were refused at its end: {exc}")
+            j = ctx.tables.jobs
+            conn.execute(
+                sa.update(j)
+                .where(j.c.id == o.job.id, j.c.lease_token == o.job.lease_token)
+                .values(state="failed", result=None, error=error, updated_at=ctx.now)
+            )
+            ended[:] = [
+                (i, "failed" if i == o.job.id else state, p) for i, state, p in ended
+            ]
+            record_attempt(
+                ctx, conn, job_id=o.job.id, lease_token=o.job.lease_token,
+                attempt=o.job.attempt, worker=owner, outcome=FAILED, error=error,
+                started_at=start_of(ctx, o.job.id),
+            )
+            changed = True
+    return changed
 
 
 def _record_one(

@@ -47,6 +47,20 @@ class BatchJob(NamedTuple):
     parent_in_batch: int | None = None
 
 
+class Spawn(NamedTuple):
+    """Jobs a handler spawned (``Job.spawn``), checked and staged: inserted with the
+    attempt's ``done``, or never.
+
+    ``batch`` is ordered as :func:`readyq.store.enqueue.insert_batch` wants it. Its jobs
+    without a container go into ``parent`` (the spawner's container unless the handler
+    named another; None: none). With ``join`` the spawner's dependents wait for them too.
+    """
+
+    batch: tuple[BatchJob, ...]
+    join: bool = True
+    parent: int | None = None
+
+
 class OutcomeKind(str, Enum):
     """How an attempt ended, as its worker reports it."""
 
@@ -76,6 +90,8 @@ class Outcome(NamedTuple):
     # Seconds the handler ran, and the class name of what it raised: for logs and metrics.
     duration: float = 0.0
     error_type: str | None = None
+    # Jobs the handler spawned: inserted with a recorded ``done`` only.
+    spawns: tuple[Spawn, ...] = ()
 
 
 class Lease(NamedTuple):
