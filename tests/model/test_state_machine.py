@@ -18,8 +18,9 @@ so the real time an example takes (seconds) decides nothing. Before a claim or a
 the clock is moved past every instant the decision depends on that lies near now; "near"
 is judged on the instant's nominal time (the clock offset at the write plus the
 duration), never on real time, so the same draws move the clock the same way in every
-run. Were it judged on real time, a replayed example could take another path and
-Hypothesis would stop on inconsistent data generation.
+run. Were it judged on real time, a replayed example could take another path. Choices
+among what exists (a lease, a job, an owner) come from a generator seeded by one draw per
+step (``Pick``), so Hypothesis's record of an example keeps its shape even if one does.
 
 Invariants after every step: the model's rows; terminal rows write-once (state, result,
 error, attempts, lease, finished_at; ``pending_deps`` is bookkeeping and may move);
@@ -36,14 +37,15 @@ Containers' dependencies propagate as jobs' do: one that ends badly ends the con
 from __future__ import annotations
 
 import os
+import random
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 import pytest
 import sqlalchemy as sa
-from hypothesis import HealthCheck, Phase, settings
+from hypothesis import HealthCheck, Phase, note, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule, run_state_machine_as_test
 
@@ -142,6 +144,43 @@ class Counters:
     steps: int = 0
     rules: dict[str, int] = field(default_factory=dict)
     fenced: int = 0
+
+
+class Pick:
+    """A step's choices, made by a generator seeded from the step's one Hypothesis draw.
+
+    What can be chosen depends on the rows (which leases are stale, which jobs run), and
+    Hypothesis refuses an example whose draws take another shape than an earlier one with
+    the same prefix. One integer per step keeps that shape fixed whatever the database
+    did, and the same seed makes the same choices from the same state. Each choice is
+    noted, so a failing example prints them."""
+
+    def __init__(self, seed: int) -> None:
+        self.rng = random.Random(seed)
+
+    def record(self, label: str, value: Any) -> Any:
+        note(f"{label}: {value!r}")
+        return value
+
+    def one(self, items: Sequence[Any], label: str) -> Any:
+        return self.record(label, items[self.rng.randrange(len(items))])
+
+    def boolean(self, label: str) -> bool:
+        return bool(self.record(label, self.rng.random() < 0.5))
+
+    def integer(self, lo: int, hi: int, label: str) -> int:
+        return int(self.record(label, self.rng.randint(lo, hi)))
+
+    def some(self, items: Sequence[Any], lo: int, hi: int, label: str) -> list[Any]:
+        """Between ``lo`` and ``hi`` of ``items``, repeats allowed."""
+        n = self.rng.randint(lo, hi)
+        return list(self.record(label, [items[self.rng.randrange(len(items))]
+                                        for _ in range(n)]))
+
+    def distinct(self, items: Sequence[Any], lo: int, hi: int, label: str) -> list[Any]:
+        """Between ``lo`` and ``hi`` different ones of ``items`` (fewer if there are fewer)."""
+        n = min(self.rng.randint(lo, hi), len(items))
+        return list(self.record(label, self.rng.sample(list(items), n)))
 
 
 def reset(queue: readyq.Queue) -> None:
@@ -389,22 +428,22 @@ class QueueModel(RuleBasedStateMachine):
 
     # -- rules ---------------------------------------------------------------------------
 
-    def enqueue(self, data: st.DataObject) -> None:
+    def enqueue(self, pick: Pick) -> None:
         ids = sorted(self.jobs)
         containers = [j for j in ids if self.jobs[j].state == "active"]
-        is_container = data.draw(st.booleans().map(lambda b: b and len(containers) < 4), "box")
+        is_container = pick.boolean("box") and len(containers) < 4
         # Mostly unfinished jobs, so that waiting on several of them is common.
         open_ids = [j for j in ids if self.jobs[j].state in UNFINISHED][-6:] or ids[-6:]
-        deps = set(data.draw(st.lists(st.sampled_from(open_ids), max_size=3), "deps")) \
-            if ids and data.draw(st.booleans(), "with deps") else set()
-        parent = data.draw(st.none() | st.sampled_from(containers), "parent") \
+        deps = set(pick.some(open_ids, 0, 3, "deps")) \
+            if ids and pick.boolean("with deps") else set()
+        parent = pick.one([None, *containers], "parent") \
             if containers else None
-        kind = data.draw(st.sampled_from(("t", "u")), "type")
-        priority = data.draw(st.sampled_from((0, 0, 1)), "priority")
-        max_attempts = data.draw(st.integers(1, 3), "max_attempts")
-        timeout = data.draw(st.sampled_from((None, None, 5_000.0, 15_000.0)), "timeout")
-        uses = None if is_container else data.draw(
-            st.sampled_from((None, None, {"gpu": 1}, {"gpu": 2})), "uses")
+        kind = pick.one(("t", "u"), "type")
+        priority = pick.one((0, 0, 1), "priority")
+        max_attempts = pick.integer(1, 3, "max_attempts")
+        timeout = pick.one((None, None, 5_000.0, 15_000.0), "timeout")
+        uses = None if is_container else pick.one(
+            (None, None, {"gpu": 1}, {"gpu": 2}), "uses")
         new = NewJob(
             type="box" if is_container else kind, args_json="{}", priority=0 if is_container
             else priority, max_attempts=1 if is_container else max_attempts,
@@ -551,13 +590,13 @@ class QueueModel(RuleBasedStateMachine):
                 m.uses = dict(HANDLER_USES[m.type])
         return picked
 
-    def claim(self, data: st.DataObject) -> None:
-        owner = data.draw(st.sampled_from(OWNERS), "owner")
-        limit = data.draw(st.integers(1, 3), "limit")
-        types = data.draw(st.sampled_from((None, ["t"])), "types")
-        start = data.draw(st.booleans(), "start")
+    def claim(self, pick: Pick) -> None:
+        owner = pick.one(OWNERS, "owner")
+        limit = pick.integer(1, 3, "limit")
+        types = pick.one((None, ["t"]), "types")
+        start = pick.boolean("start")
         # A claim that weighs a GPU resource (its capacity now), or none.
-        gpus = data.draw(st.sampled_from((None, None, 0, 1, 2, 3)), "gpus")
+        gpus = pick.one((None, None, 0, 1, 2, 3), "gpus")
         view = None if gpus is None else ResourceView({"gpu": gpus}, HANDLER_USES)
         self.settle()
         store = self.store
@@ -583,9 +622,9 @@ class QueueModel(RuleBasedStateMachine):
         model = [(jid, cost) for jid, cost in self.reserved if self.jobs[jid].state == "ready"]
         assert live == model, (live, model)
 
-    def mark_running(self, data: st.DataObject) -> None:
+    def mark_running(self, pick: Pick) -> None:
         pool = [(o, c) for o, c in self.leases if self.jobs[c.id].state == "leased"]
-        owner, c = data.draw(st.sampled_from(pool), "lease")
+        owner, c = pick.one(pool, "lease")
         m = self.jobs[c.id]
         timeout, retry = START[m.type]
         seconds = m.timeout if m.timeout is not None else timeout
@@ -600,8 +639,8 @@ class QueueModel(RuleBasedStateMachine):
             self.counters.fenced += 1
         self.sync()
 
-    def heartbeat(self, data: st.DataObject) -> None:
-        owner = data.draw(st.sampled_from(sorted({o for o, _ in self.leases})), "owner")
+    def heartbeat(self, pick: Pick) -> None:
+        owner = pick.one(sorted({o for o, _ in self.leases}), "owner")
         held = [(o, c) for o, c in self.leases if o == owner][-4:]
         latest = {c.id: c for _, c in held}  # one lease per job, the newest
         leases = [Lease(c.id, c.lease_token) for c in latest.values()]
@@ -638,9 +677,9 @@ class QueueModel(RuleBasedStateMachine):
             self.propagate([(m.id, final)])
         return True
 
-    def outcome(self, data: st.DataObject, c: Any) -> Outcome:
-        kind = data.draw(st.sampled_from(("done", "done", "retry", "fail", "cancel",
-                                          "release")), "kind")
+    def outcome(self, pick: Pick, c: Any) -> Outcome:
+        kind = pick.one(("done", "done", "retry", "fail", "cancel", "release"),
+                        "kind")
         if kind == "retry" and c.attempt >= c.max_attempts:
             kind = "fail"  # as a worker decides: no retry past max_attempts
         self.n += 1
@@ -648,24 +687,23 @@ class QueueModel(RuleBasedStateMachine):
             job=c, kind=kind,
             result_json=f'{{"n": {self.n}}}' if kind == "done" else None,
             error=None if kind in ("done", "release") else f"boom {self.n}",
-            delay=data.draw(st.sampled_from((0.0, 3_000.0)), "delay") if kind == "retry" else 0.0,
+            delay=pick.one((0.0, 3_000.0), "delay") if kind == "retry" else 0.0,
         )
 
     def holders(self) -> list[str]:
         return [o for o in OWNERS
                 if any(self.jobs[c.id].state == "running" for c in self.current(o))]
 
-    def finish(self, data: st.DataObject) -> None:
-        via_cycle = data.draw(st.booleans(), "via cycle")
-        owner = data.draw(st.sampled_from(self.holders()), "owner")
+    def finish(self, pick: Pick) -> None:
+        via_cycle = pick.boolean("via cycle")
+        owner = pick.one(self.holders(), "owner")
         held = [c for c in self.current(owner) if self.jobs[c.id].state == "running"]
-        chosen = data.draw(st.lists(st.sampled_from(held), min_size=1, max_size=2,
-                                    unique_by=lambda c: c.id), "jobs")
-        outcomes = [self.outcome(data, c) for c in chosen]
+        chosen = pick.distinct(held, 1, 2, "jobs")
+        outcomes = [self.outcome(pick, c) for c in chosen]
         if via_cycle:
             # Outcomes and a claim in one transaction; freed slots count for the claim.
             self.settle()
-            limit = data.draw(st.integers(1, 2), "limit")
+            limit = pick.integer(1, 2, "limit")
             applied, claimed = self.step("finish+claim (cycle)", lambda: (
                 self.store.finish_and_claim(owner, outcomes, cap=CAP, limit=limit, ttl=TTL,
                                             types=None, start=START)))
@@ -690,10 +728,10 @@ class QueueModel(RuleBasedStateMachine):
     def replayable(self) -> list[tuple[str, Outcome]]:
         return [(w, o) for w, o, seen in self.recorded if self.after(o) == seen]
 
-    def replay_outcome(self, data: st.DataObject) -> None:
+    def replay_outcome(self, pick: Pick) -> None:
         """The same outcome sent again, as after a COMMIT whose reply was lost: it is
         recognised as recorded (True) and changes nothing, not even propagation."""
-        owner, o = data.draw(st.sampled_from(self.replayable()), "recorded outcome")
+        owner, o = pick.one(self.replayable(), "recorded outcome")
         before = self.read_rows()
         applied = self.step("replayed finish", lambda: self.store.record_outcomes(owner, [o]))
         assert applied == {(o.job.id, o.job.lease_token): True}, (o.kind, applied)
@@ -702,16 +740,16 @@ class QueueModel(RuleBasedStateMachine):
             {k: tuple(v) for k, v in before.items()}, "a replayed outcome changed rows"
         self.sync()
 
-    def stale_writer(self, data: st.DataObject) -> None:
+    def stale_writer(self, pick: Pick) -> None:
         """An old lease (reclaimed, re-claimed or finished since) writes: nothing changes."""
-        owner, c = data.draw(st.sampled_from(self.stale()), "stale lease")
+        owner, c = pick.one(self.stale(), "stale lease")
         before = self.read_rows()
-        if data.draw(st.booleans(), "heartbeat"):
+        if pick.boolean("heartbeat"):
             status = self.step("stale heartbeat", lambda: self.store.heartbeat(
                 owner, [Lease(c.id, c.lease_token)], TTL))
             assert status[c.id].lost
         else:
-            o = self.outcome(data, c)
+            o = self.outcome(pick, c)
             applied = self.step("stale finish", lambda: self.store.record_outcomes(owner, [o]))
             assert applied == {(c.id, c.lease_token): False}
         self.counters.fenced += 1
@@ -720,8 +758,8 @@ class QueueModel(RuleBasedStateMachine):
             {k: tuple(v) for k, v in before.items()}, "a fenced write changed rows"
         self.sync()
 
-    def cancel(self, data: st.DataObject) -> None:
-        jid = data.draw(st.sampled_from(sorted(self.jobs)), "job")
+    def cancel(self, pick: Pick) -> None:
+        jid = pick.one(sorted(self.jobs), "job")
         # Children are cancelled one by one in id order, as model_cancel does: a child
         # whose sibling it depends on went first ends upstream_failed, not cancelled.
         did = self.step("cancel", lambda: self.store.cancel(jid))
@@ -755,12 +793,12 @@ class QueueModel(RuleBasedStateMachine):
             return (ended, requested)
         return None
 
-    def advance_clock(self, data: st.DataObject) -> None:
-        seconds = data.draw(st.sampled_from((500.0, 4_000.0, 12_000.0)), "seconds")
+    def advance_clock(self, pick: Pick) -> None:
+        seconds = pick.one((500.0, 4_000.0, 12_000.0), "seconds")
         self.counters.rules["advance clock"] = self.counters.rules.get("advance clock", 0) + 1
         self.store.clock_offset += seconds
 
-    def reclaim(self, data: st.DataObject) -> None:
+    def reclaim(self, pick: Pick) -> None:
         self.settle()
         now = self.now()
         result = self.step("reclaim", lambda: self.store.reclaim_expired())
@@ -817,11 +855,12 @@ class QueueModel(RuleBasedStateMachine):
             "cancel": lambda: bool(self.jobs),
         }.get(action, lambda: True)()
 
-    @rule(data=st.data())
-    def act(self, data: st.DataObject) -> None:
+    @rule(seed=st.integers(0, 2**32 - 1))
+    def act(self, seed: int) -> None:
+        pick = Pick(seed)
         choices = [name for name, weight in self.ACTIONS for _ in range(weight)
                    if self.possible(name)]
-        getattr(self, data.draw(st.sampled_from(choices), "action"))(data)
+        getattr(self, pick.one(choices, "action"))(pick)
 
     @invariant()
     def rows_match(self) -> None:
