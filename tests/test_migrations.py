@@ -19,6 +19,8 @@ TABLES = (
     "jobs", "job_deps", "groups", "gate", "rate_limits", "rate_slots", "resources", "reservations",
     "attempts",
     "pauses",
+    "steps",
+    "checkpoints",
 )
 
 

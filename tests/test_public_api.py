@@ -22,9 +22,12 @@ def test_public_names_are_pinned() -> None:
         "InvalidJobResult",
         "InvalidParent",
         "InvalidPause",
+        "InvalidProgress",
         "InvalidRateLimit",
         "InvalidResource",
         "InvalidResourceUse",
+        "InvalidState",
+        "InvalidStep",
         "InvalidTablePrefix",
         "InvalidUniqueKey",
         "InvalidWeight",
@@ -33,10 +36,12 @@ def test_public_names_are_pinned() -> None:
         "JobInfo",
         "JobNotFound",
         "JobPage",
+        "JobProgress",
         "JobSpec",
         "JobState",
         "LeaseLost",
         "NotClosable",
+        "NotInAJob",
         "Pause",
         "PayloadNotJSON",
         "PayloadTooLarge",
@@ -61,7 +66,8 @@ def test_every_error_derives_from_the_one_base() -> None:
     errors = [getattr(readyq, n) for n in readyq.__all__ if n.endswith(("Error", "Found", "Lost",
               "Closed", "Prefix", "Weight", "Parent", "Option", "Cycle", "Type", "JSON",
               "Large", "Database", "Job", "Args", "Result", "Key", "Filter", "Cursor",
-              "Limit", "Closable", "Id", "Argument", "InvalidPause"))]
+              "Limit", "Closable", "Id", "Argument", "InvalidPause", "Step", "State",
+              "Progress", "AJob"))]
     for err in errors:
         if isinstance(err, type) and issubclass(err, Exception):
             assert issubclass(err, readyq.ReadyqError), err

@@ -23,15 +23,19 @@ from readyq.errors import (
     InvalidJobResult,
     InvalidParent,
     InvalidPause,
+    InvalidProgress,
     InvalidRateLimit,
     InvalidResource,
     InvalidResourceUse,
+    InvalidState,
+    InvalidStep,
     InvalidTablePrefix,
     InvalidUniqueKey,
     InvalidWeight,
     JobNotFound,
     LeaseLost,
     NotClosable,
+    NotInAJob,
     PayloadNotJSON,
     PayloadTooLarge,
     QueueClosed,
@@ -42,7 +46,7 @@ from readyq.errors import (
     UnsupportedDatabase,
 )
 from readyq.listing import JobFilter
-from readyq.model import Enqueued, Job, JobInfo, JobState, Pause, ResourceStats
+from readyq.model import Enqueued, Job, JobInfo, JobProgress, JobState, Pause, ResourceStats
 from readyq.queue import JobSpec, Queue
 from readyq.rate_limits import RateLimit
 from readyq.reports import AttemptRecord, BulkResult, JobPage, StuckJob
@@ -79,9 +83,12 @@ __all__ = [
     "InvalidJobResult",
     "InvalidParent",
     "InvalidPause",
+    "InvalidProgress",
     "InvalidRateLimit",
     "InvalidResource",
     "InvalidResourceUse",
+    "InvalidState",
+    "InvalidStep",
     "InvalidTablePrefix",
     "InvalidUniqueKey",
     "InvalidWeight",
@@ -90,10 +97,12 @@ __all__ = [
     "JobInfo",
     "JobNotFound",
     "JobPage",
+    "JobProgress",
     "JobSpec",
     "JobState",
     "LeaseLost",
     "NotClosable",
+    "NotInAJob",
     "Pause",
     "PayloadNotJSON",
     "PayloadTooLarge",

@@ -428,7 +428,9 @@ def to_dot(g: Graph) -> str:
 # -- retry, cancel, prune ------------------------------------------------------------------
 
 
-def retry(queue: Queue, job_id: int, *, extra_attempts: int = 1) -> RetryResult:
+def retry(
+    queue: Queue, job_id: int, *, extra_attempts: int = 1, fresh: bool = False
+) -> RetryResult:
     """Put a failed, cancelled or upstream_failed job back, with what failed because of it.
 
     * The job goes to ``ready`` if every job it depends on is done, else ``waiting`` (its
@@ -454,6 +456,8 @@ def retry(queue: Queue, job_id: int, *, extra_attempts: int = 1) -> RetryResult:
       any depth) whose dependencies allow it, with the same consequences.
     * A job brought back takes its unique key back: the retry is refused if another
       job that has not ended holds that key now.
+    * What its attempts kept (stored steps, saved state, progress) is kept, so that the
+      retried job resumes; with ``fresh`` it is deleted, for every job revived.
 
     Everything happens in one transaction, with the rows it reads locked. Raises
     JobNotFound, InvalidJobId for a value that cannot be a job id, and InvalidArgument
@@ -463,7 +467,9 @@ def retry(queue: Queue, job_id: int, *, extra_attempts: int = 1) -> RetryResult:
     _int_arg(extra_attempts, "extra_attempts", MAX_ATTEMPTS)
     store = queue.store
     try:
-        return store.retry(job_id, extra_attempts)
+        if not isinstance(fresh, bool):
+            raise InvalidArgument(f"fresh must be True or False, not {fresh!r}")
+        return store.retry(job_id, extra_attempts, fresh=fresh)
     except sa.exc.IntegrityError as exc:
         # A job enqueued with the same unique key since the check in the retry.
         if is_live_key_conflict(exc, store.tables):

@@ -341,6 +341,11 @@ def _parser() -> argparse.ArgumentParser:
     )
     _bulk_flags(p, "retry")
     p.add_argument(
+        "--fresh", action="store_true",
+        help="delete what the job's attempts kept (stored steps, saved state, progress): "
+        "it starts from the beginning instead of resuming (with an ID only)",
+    )
+    p.add_argument(
         "--extra-attempts",
         type=int,
         default=1,
@@ -1459,10 +1464,13 @@ def cmd_retry(args: argparse.Namespace) -> int:
     if args.extra_attempts < 1:
         raise CLIError("--extra-attempts must be at least 1", code=2)
     if _filter_mode(args, "retry"):
+        if args.fresh:
+            raise CLIError("--fresh retries one job, by its ID: not with a filter", code=2)
         return _bulk_command(args, "retry")
     queue = _open(args)
     try:
-        result = admin.retry(queue, args.id, extra_attempts=args.extra_attempts)
+        result = admin.retry(queue, args.id, extra_attempts=args.extra_attempts,
+                             fresh=args.fresh)
     finally:
         queue.close()
     if args.json:

@@ -119,6 +119,27 @@ class InvalidJobResult(ReadyqError, ValueError):
     """
 
 
+class InvalidStep(ReadyqError, ValueError):
+    """``Job.step`` was given a bad name (not a non-empty string of at most 200
+    characters, without NUL or whitespace at either end), or a name already used in this
+    attempt. Nothing was run or stored."""
+
+
+class InvalidState(InvalidJobResult):
+    """``Job.save_state`` was given a value that is not JSON, or larger than the queue's
+    ``max_payload_bytes``, or a ``connection`` to another database. Nothing was stored."""
+
+
+class InvalidProgress(ReadyqError, ValueError):
+    """``Job.progress`` was given a current or total that is not a finite number (a total
+    must be positive), or a message that is not text. Nothing was stored."""
+
+
+class NotInAJob(ReadyqError, RuntimeError):
+    """A job's memory (steps, state, progress, upstream results) was used outside a
+    running attempt: on a Job that no worker handed out, or after its attempt ended."""
+
+
 class InvalidResourceUse(InvalidJobOption):
     """A job's (or handler's) ``uses`` is not a mapping of resource names to positive
     ints, or asks for more of a resource than its fixed capacity."""

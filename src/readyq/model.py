@@ -9,7 +9,7 @@ from enum import Enum
 from time import monotonic
 from typing import Any, NamedTuple
 
-from readyq.errors import InvalidJobOption, InvalidUniqueKey
+from readyq.errors import InvalidJobOption, InvalidUniqueKey, NotInAJob
 
 
 class JobState(str, Enum):
@@ -83,6 +83,26 @@ def from_epoch(value: float | None) -> datetime | None:
 
 
 @dataclass(frozen=True)
+class JobProgress:
+    """What a job's handler reported last with ``Job.progress``.
+
+    ``fraction`` is ``current / total`` (None without a total); ``updated_at`` is when it
+    was written (database clock).
+    """
+
+    current: float
+    total: float | None
+    message: str | None
+    updated_at: datetime | None
+
+    @property
+    def fraction(self) -> float | None:
+        if self.total is None or self.total <= 0:
+            return None
+        return max(0.0, min(1.0, self.current / self.total))
+
+
+@dataclass(frozen=True)
 class JobInfo:
     """A snapshot of one job, as returned by ``Queue.get``.
 
@@ -116,6 +136,10 @@ class JobInfo:
     cancelled_by: str | None = None
     # The job whose handler spawned this one (``Job.spawn``); None for any other job.
     spawned_by: int | None = None
+    # The ``key`` it had in its ``enqueue_many`` batch (or spawn); None otherwise.
+    key: str | None = None
+    # What its handler reported last with ``Job.progress``; None if it never did.
+    progress: JobProgress | None = None
 
     @property
     def attempt(self) -> int:
@@ -298,6 +322,99 @@ class Job:
     _stage: Callable[..., Any] | None = field(default=None, repr=False)
     _spawns: list[Any] = field(default_factory=list, repr=False)
     _spawn_keys: set[str] = field(default_factory=set, repr=False)
+    # Builds the attempt's memory (readyq.checkpoints.AttemptMemory) at its first use,
+    # so that a job that uses none costs nothing; None where the job object is not a
+    # running attempt (hooks, a Job built by hand).
+    _remember: Callable[[Job], Any] | None = field(default=None, repr=False)
+    _memory: Any = field(default=None, repr=False)
+    _stopping: Flag = field(default_factory=Flag, repr=False)
+
+    def _mem(self) -> Any:
+        if self._memory is None:
+            if self._remember is None:
+                raise NotInAJob(
+                    "this job object is not a running attempt: steps, state, progress "
+                    "and upstream results exist only in a handler a worker runs"
+                )
+            self._memory = self._remember(self)
+        return self._memory
+
+    def settle(self) -> None:
+        """Called by the worker as the attempt ends: the last progress reported is
+        written, and the memory closes (:class:`readyq.NotInAJob` after)."""
+        if self._memory is not None:
+            self._memory.settle()
+
+    async def asettle(self) -> None:
+        """:meth:`settle` for an attempt on an event loop."""
+        if self._memory is not None:
+            await self._memory.asettle()
+
+    @property
+    def state(self) -> Any:
+        """What the latest :meth:`save_state` of any attempt of this job stored (decoded
+        JSON), or None. Read once per attempt, at first use; an ``async def`` handler on
+        an event loop awaits :meth:`astate` instead."""
+        return self._mem().state()
+
+    async def astate(self) -> Any:
+        """:attr:`state`, awaited (for ``async def`` handlers)."""
+        return await self._mem().astate()
+
+    def save_state(self, value: Any, *, connection: Any = None) -> None:
+        """Store ``value`` (JSON, at most the queue's ``max_payload_bytes``) as the job's
+        state for the attempts after this one, and extend the lease, in one write fenced
+        by the lease: an attempt that lost it stores nothing and gets
+        :class:`readyq.LeaseLost`. With ``connection`` (a SQLAlchemy Connection or Session
+        on the queue's database) the write joins the caller's transaction, and commits
+        or rolls back with it. Raises :class:`readyq.InvalidState` for a bad value or a
+        connection to another database."""
+        self._mem().save_state(value, connection)
+
+    async def asave_state(self, value: Any, *, connection: Any = None) -> None:
+        """:meth:`save_state`, awaited; ``connection`` may be an AsyncConnection or
+        AsyncSession."""
+        await self._mem().asave_state(value, connection)
+
+    def step(self, name: str, fn: Callable[..., Any], *args: Any, connection: Any = None,
+             **kwargs: Any) -> Any:
+        """Run ``fn(*args, **kwargs)`` once per job: its result is stored under ``name``
+        (fenced by the lease, like :meth:`save_state`), and a later attempt gets it back
+        without calling ``fn``. What is returned is the stored JSON, decoded, on the
+        first attempt as on the later ones. A step that raises stores nothing. Raises
+        :class:`readyq.InvalidStep` for a bad name or one used twice in an attempt, and
+        :class:`readyq.InvalidJobResult` for a result that cannot be stored."""
+        return self._mem().step(name, fn, args, kwargs, connection)
+
+    async def astep(self, name: str, fn: Callable[..., Any], *args: Any,
+                    connection: Any = None, **kwargs: Any) -> Any:
+        """:meth:`step`, awaited: ``fn`` may be an ``async def`` function."""
+        return await self._mem().astep(name, fn, args, kwargs, connection)
+
+    def progress(self, current: float, total: float | None = None,
+                 message: str | None = None) -> None:
+        """Report how far the attempt has got. Cheap to call often: written at most once
+        a second, and the last value by the time the attempt's end is recorded. Raises
+        :class:`readyq.InvalidProgress` for a value that is not a finite number."""
+        self._mem().progress(current, total, message)
+
+    def upstream_results(self, by: str = "id", include_children: bool = False) -> dict[Any, Any]:
+        """The results of the jobs this job depends on (and those its containers depend
+        on), in one read: by job id, or with ``by="key"`` by the ``key`` each had in its
+        ``enqueue_many`` batch (its id where it had none). With ``include_children``, the
+        results of the jobs inside the containers it depends on are included too."""
+        return self._mem().upstream_results(by, include_children)  # type: ignore[no-any-return]
+
+    async def aupstream_results(self, by: str = "id",
+                                include_children: bool = False) -> dict[Any, Any]:
+        """:meth:`upstream_results`, awaited."""
+        return await self._mem().aupstream_results(by, include_children)  # type: ignore[no-any-return]
+
+    @property
+    def stopping(self) -> bool:
+        """True once the worker began a graceful shutdown: save a checkpoint and return
+        within the grace, or be handed back at its end (what was saved stays)."""
+        return self._stopping.is_set()
 
     def spawn(self, specs: Any, join: bool = True, parent: int | None = None) -> None:
         """Add jobs (:class:`readyq.JobSpec` items, a DAG as for ``enqueue_many``) when,

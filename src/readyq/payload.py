@@ -53,7 +53,8 @@ def _dumps(value: Any) -> str:
 
 
 # The verbs of the messages below, for a plural or a singular subject.
-_VERBS = {"args": ("are", "take", "hold"), "result": ("is", "takes", "holds")}
+_VERBS = {"args": ("are", "take", "hold"), "result": ("is", "takes", "holds"),
+          "state": ("is", "takes", "holds")}
 
 
 def encode(value: Any, *, max_bytes: int, what: str = "args") -> str:

@@ -971,6 +971,8 @@ class Queue:
                         f"job #{pos} is a container, which never runs: it takes no resources"
                     )
                 job = job._replace(uses=self._check_uses(spec.uses, f"job #{pos}: uses"))
+            if spec.key is not None:
+                job = job._replace(key=spec.key)
             built.append(job)
         if backward:
             # Already in an order that inserts every job after those it refers to.

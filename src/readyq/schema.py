@@ -225,7 +225,7 @@ FALLBACK_MAX_ATTEMPTS = 3
 BULK_COLUMNS = (
     "type", "args", "state", "error", "is_container", "parent_id", "group_key", "weight",
     "priority", "max_attempts", "timeout", "pending_deps", "open_children", "unique_key",
-    "uses",
+    "uses", "batch_key",
 )
 BULK_CONSTANTS: dict[str, object] = {
     "attempts": 0,
@@ -285,6 +285,8 @@ class Tables:
     reservations: sa.Table
     attempts: sa.Table
     pauses: sa.Table
+    steps: sa.Table
+    checkpoints: sa.Table
     traits: TableTraits = TableTraits()
 
     @property
@@ -498,6 +500,10 @@ def build_tables(prefix: str = DEFAULT_PREFIX, traits: TableTraits = TableTraits
     # The job whose handler spawned this one (Job.spawn); NULL otherwise. Last, where
     # migration readyq_0015 adds it; no foreign key, as a spawner may be pruned first.
     jobs.append_column(sa.Column("spawned_by", Id, nullable=True))
+    # The ``key`` a job was given in its enqueue_many batch (JobSpec.key); NULL for one
+    # enqueued alone. ``Job.upstream_results(by="key")`` names results by it. Last,
+    # where migration readyq_0016 adds it.
+    jobs.append_column(sa.Column("batch_key", Key, nullable=True))
 
     deps = sa.Table(
         f"{prefix}job_deps",
@@ -608,6 +614,39 @@ def build_tables(prefix: str = DEFAULT_PREFIX, traits: TableTraits = TableTraits
         sa.Column("outcome", sa.String(16), nullable=False),
         sa.Column("error", sa.Text, nullable=True),
     )
+    # What a job's attempts keep for the attempts after them (migration readyq_0016).
+    # Steps: the result of each ``Job.step`` that returned, by name, stored under the
+    # attempt's lease; a later attempt reads it instead of running the step again.
+    steps = sa.Table(
+        f"{prefix}steps",
+        md,
+        sa.Column(
+            "job_id", Id, sa.ForeignKey(f"{prefix}jobs.id", ondelete="CASCADE"),
+            primary_key=True, autoincrement=False,
+        ),
+        sa.Column("name", Key, primary_key=True),
+        sa.Column("result", Payload, nullable=False),
+        sa.Column("attempt", sa.Integer, nullable=False),
+        sa.Column("stored_at", Instant, nullable=False),
+    )
+    # One row per job that saved state or reported progress: kept apart from the jobs
+    # row, so that the claim's and the finish's rows stay as narrow as they were and a
+    # progress write never rewrites a job row.
+    checkpoints = sa.Table(
+        f"{prefix}checkpoints",
+        md,
+        sa.Column(
+            "job_id", Id, sa.ForeignKey(f"{prefix}jobs.id", ondelete="CASCADE"),
+            primary_key=True, autoincrement=False,
+        ),
+        sa.Column("state", Payload, nullable=True),
+        sa.Column("state_attempt", sa.Integer, nullable=True),
+        sa.Column("saved_at", Instant, nullable=True),
+        sa.Column("progress_current", sa.Double, nullable=True),
+        sa.Column("progress_total", sa.Double, nullable=True),
+        sa.Column("progress_message", sa.Text, nullable=True),
+        sa.Column("progress_at", Instant, nullable=True),
+    )
     return Tables(
         metadata=md,
         jobs=jobs,
@@ -620,5 +659,7 @@ def build_tables(prefix: str = DEFAULT_PREFIX, traits: TableTraits = TableTraits
         reservations=reservations,
         attempts=attempts,
         pauses=pauses,
+        steps=steps,
+        checkpoints=checkpoints,
         traits=traits,
     )

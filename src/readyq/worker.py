@@ -24,6 +24,7 @@ from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from readyq.checkpoints import AttemptMemory, StoreBackend
 from readyq.config import WorkerOptions
 from readyq.errors import ConfigurationError, InvalidJob, InvalidJobResult, LeaseLost
 from readyq.handlers import HandlerSpec
@@ -39,6 +40,7 @@ from readyq.rate_limits import RateLimit
 from readyq.resources import Resource
 from readyq.schema import FALLBACK_MAX_ATTEMPTS
 from readyq.store import Applied, Outcome, OutcomeKind, Recorded, ResourceView, Store
+from readyq.store.memory import Holder
 from readyq.store.records import TIMED_OUT, TIMEOUT, Spawn, handler_texts
 from readyq.tracing import attempt_span, mark_failed, spans_enabled
 from readyq.transient import BACKOFF_MAX, describe, is_transient, next_backoff, waited_out
@@ -138,6 +140,8 @@ class RunningAttempt:
     # true by itself once the lease may have run out (see readyq.heartbeats).
     lost: LeaseFlag
     cancelled: Flag
+    # ``job.stopping``: set when the worker begins a graceful shutdown.
+    stopping: Flag = field(default_factory=Flag)
     cancel_seen: bool = False
     # Whether the attempt runs in a span (asked once per claimed batch: the check reads
     # the environment when no provider is set).
@@ -514,6 +518,8 @@ class Worker:
         if self._grace_until is None or until < self._grace_until:
             self._grace_until = until
         self._stop.set()
+        for entry in list(self._running.values()):
+            entry.stopping.set()
         self._inbox.wake.set()
 
     @property
@@ -857,7 +863,9 @@ class Worker:
     def _entry(self, c: ClaimedJob, lease_until: float, traced: bool = False) -> RunningAttempt:
         """Register a claimed attempt as running here (its handler not yet started)."""
         spec = self.handlers[c.type]
-        lost, cancelled = LeaseFlag(), Flag()
+        lost, cancelled, stopping = LeaseFlag(), Flag(), Flag()
+        if self._stop.is_set():
+            stopping.set()
         unreadable = None
         try:
             args = decode(c.args_json)
@@ -877,8 +885,10 @@ class Worker:
             _lost=lost,
             _cancelled=cancelled,
             _stage=self.spawner,
+            _remember=self._memory_of,
+            _stopping=stopping,
         )
-        entry = RunningAttempt(c, job, spec, lost, cancelled, traced=traced,
+        entry = RunningAttempt(c, job, spec, lost, cancelled, stopping, traced=traced,
                                isolated=c.type in self.isolated_types, unreadable=unreadable)
         stale = self._running.get(c.id)
         if stale is not None:  # an earlier attempt of this job that timed out here
@@ -912,11 +922,27 @@ class Worker:
         try:
             prepare_job(job, spec)
             value = asyncio.run(spec.fn(job)) if spec.is_async else spec.fn(job)
+            self._settle(job)
             return done_outcome(entry.claimed, value, self.max_payload_bytes, spec,
                                 duration=time.monotonic() - began,
                                 spawns=job.staged_spawns())
         except BaseException as exc:  # a handler's failure, whatever it is, fails it
+            self._settle(job)
             return self._failed(entry, began, span, exc)
+
+    def _settle(self, job: Job) -> None:
+        """Close the attempt's memory (its last progress written); never fails it."""
+        try:
+            job.settle()
+        except Exception as exc:
+            log.warning("job %d: its last progress was not written (%s)", job.id,
+                        describe(exc), extra={"event": "progress_lost", "job_id": job.id})
+
+    def _memory_of(self, job: Job) -> AttemptMemory:
+        """The memory of ``job``'s attempt (built at its first use)."""
+        holder = Holder(job.id, job.attempt, self.worker_id, job.lease_token, self.lease_ttl)
+        return AttemptMemory(StoreBackend(self.store, holder), job_id=job.id,
+                             max_payload_bytes=self.max_payload_bytes)
 
     def _isolates(self, spec: HandlerSpec) -> bool:
         """Whether ``spec``'s handler runs in a child process: its own choice, else the

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 from collections import Counter
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -45,7 +46,7 @@ COVERED = {
     "mark_done", "error_code", "is_retryable", "is_disconnect", "is_missing_table",
     "is_permanent", "is_refusal", "database", "driver_hint", "in_flight_uses",
     "resource_heads", "claim_ids", "resource_state", "resource_flight", "server_text",
-    "match_ids",
+    "match_ids", "same_database",
 }
 
 
@@ -511,6 +512,25 @@ def test_notifications_where_the_database_has_them(queue: readyq.Queue) -> None:
         assert channel.startswith(f"{queue.prefix}wake_")
         notifier.send(conn)  # delivered at commit, dropped on this rollback
         conn.rollback()
+
+
+def test_same_database_compares_where_connections_land(
+    queue: readyq.Queue, dialect_name: str, tmp_path: Any
+) -> None:
+    d, url = queue.store.dialect, queue.store.engine.url
+    assert d.same_database(url, url)
+    other = sa.make_url(f"sqlite:///{tmp_path / 'other.db'}")
+    assert not d.same_database(url, other)
+    if dialect_name == "sqlite":
+        assert url.database is not None
+        # The same file under another spelling of its path is the same database.
+        dotted = url.set(database=str(Path(url.database).parent / "." / Path(url.database).name))
+        assert d.same_database(url, dotted)
+        assert not d.same_database(sa.make_url("sqlite://"), sa.make_url("sqlite://"))
+    else:
+        assert d.same_database(url, url.set(drivername=f"{url.get_backend_name()}+other"))
+        assert not d.same_database(url, url.set(database="elsewhere"))
+        assert not d.same_database(url, url.set(port=(url.port or 1) + 1))
 
 
 def test_every_seam_operation_has_a_test_here() -> None:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import threading
 import time
 from collections.abc import Callable, Coroutine
@@ -20,10 +21,13 @@ from typing import Any
 
 from sqlalchemy.util.concurrency import await_only, greenlet_spawn
 
+from readyq.checkpoints import AttemptMemory, StoreBackend
 from readyq.errors import ConfigurationError
 from readyq.heartbeats import run_logged
 from readyq.model import Flag, Job
+from readyq.store.memory import Holder
 from readyq.tracing import attempt_span
+from readyq.transient import describe
 from readyq.worker import (
     HandlerPool,
     RunningAttempt,
@@ -32,6 +36,8 @@ from readyq.worker import (
     done_outcome,
     prepare_job,
 )
+
+log = logging.getLogger("readyq.worker")
 
 
 class _LoopEvent:
@@ -157,11 +163,44 @@ class AsyncWorker(Worker):
         try:
             prepare_job(job, spec)
             value = await spec.fn(job)
+            await self._asettle(job)
             return done_outcome(c, value, self.max_payload_bytes, spec,
                                 duration=time.monotonic() - began,
                                 spawns=job.staged_spawns())
         except BaseException as exc:  # a handler's failure, whatever it is, fails it
+            await self._asettle(job)
             return self._failed(entry, began, span, exc)
+
+    async def _asettle(self, job: Job) -> None:
+        """``Worker._settle`` on the event loop."""
+        try:
+            await job.asettle()
+        except Exception as exc:
+            log.warning("job %d: its last progress was not written (%s)", job.id,
+                        describe(exc), extra={"event": "progress_lost", "job_id": job.id})
+
+    def _memory_of(self, job: Job) -> AttemptMemory:
+        """The attempt's memory, read and written on the event loop, where this worker's
+        store runs: awaited by a coroutine, waited for by a plain handler's thread."""
+        loop = self._loop
+        assert loop is not None
+        loop_thread = self._loop_thread
+
+        def run(fn: Callable[[], Any]) -> Any:
+            if threading.get_ident() == loop_thread:
+                raise ConfigurationError(
+                    "this call blocks: an async handler awaits its async twin on the "
+                    "event loop (job.astate(), job.astep(), job.asave_state(), "
+                    "job.aupstream_results())"
+                )
+            return asyncio.run_coroutine_threadsafe(greenlet_spawn(fn), loop).result()
+
+        async def arun(fn: Callable[[], Any]) -> Any:
+            return await greenlet_spawn(fn)
+
+        holder = Holder(job.id, job.attempt, self.worker_id, job.lease_token, self.lease_ttl)
+        return AttemptMemory(StoreBackend(self.store, holder), job_id=job.id,
+                             max_payload_bytes=self.max_payload_bytes, run=run, arun=arun)
 
     def _job_heartbeat(self, job: Job, *, lost: Flag, cancelled: Flag) -> bool:
         """``job.heartbeat()`` from a plain handler's thread. It waits for the heartbeats'

@@ -383,6 +383,14 @@ class Dialect(ABC):
         :meth:`readyq.dialects.postgresql.PostgresDialect.pin_index_order`).
         """
 
+    def same_database(self, ours: sa.URL, theirs: sa.URL) -> bool:
+        """Whether a connection made from ``theirs`` reaches the database ``ours`` names:
+        the same backend, host, port and database (whatever the drivers)."""
+        def where(url: sa.URL) -> tuple[object, ...]:
+            return (url.get_backend_name(), (url.host or "localhost").lower(),
+                    url.port, url.database)
+        return where(ours) == where(theirs)
+
     @abstractmethod
     def now(self) -> sa.ColumnElement[float]:
         """The database server's clock, in seconds since the Unix epoch."""

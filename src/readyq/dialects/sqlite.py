@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import sqlite3
 import time
 from collections.abc import Mapping, Sequence
@@ -180,6 +181,19 @@ class SQLiteDialect(Dialect):
          "SQLITE_CONSTRAINT_NOTNULL"}
     )
     driver_hint: ClassVar[str] = "use sqlite:///path (async: sqlite+aiosqlite:///path)"
+
+    def same_database(self, ours: sa.URL, theirs: sa.URL) -> bool:
+        """The same database file (by its real path); an in-memory database is only ever
+        its own connection's."""
+        def path(url: sa.URL) -> str | None:
+            db = url.database
+            if url.get_backend_name() != "sqlite" or not db or db == ":memory:":
+                return None
+            if db.startswith("file:"):
+                db = db[5:].split("?", 1)[0]
+            return os.path.realpath(db)
+        mine = path(ours)
+        return mine is not None and mine == path(theirs)
 
     @classmethod
     def engine_options(cls, driver: str = "") -> dict[str, Any]:

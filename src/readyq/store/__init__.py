@@ -61,6 +61,7 @@ from readyq.store import (
     enqueue,
     history,
     inspection,
+    memory,
     outcomes,
     pauses,
     resource_claim,
@@ -650,10 +651,10 @@ class Store:
             what="close container",
         )
 
-    def retry(self, job_id: int, extra_attempts: int) -> RetryResult:
+    def retry(self, job_id: int, extra_attempts: int, *, fresh: bool = False) -> RetryResult:
         """Revive a failed job and what failed because of it; see ``admin.retry``."""
         return self.write(
-            lambda conn: control.retry(self.context, conn, job_id, extra_attempts),
+            lambda conn: control.retry(self.context, conn, job_id, extra_attempts, fresh),
             idempotent=False,
             what="retry",
         )
@@ -773,6 +774,47 @@ class Store:
 
     def get(self, job_id: int) -> JobInfo:
         return self.read(lambda conn: inspection.job_info(self.context, conn, job_id))
+
+    # -- what attempts keep (readyq.store.memory) -----------------------------------------
+
+    def same_database(self, connection: Connection) -> bool:
+        """Whether ``connection`` reaches this store's database (so that a write in it
+        lands in readyq's tables): the same backend, host, port and database."""
+        return self.dialect.same_database(self.engine.url, connection.engine.url)
+
+    def save_state(
+        self, holder: memory.Holder, state_json: str, *, connection: Connection | None = None
+    ) -> None:
+        """Save a job's state under its lease (``Job.save_state``); LeaseLost if gone."""
+        self.write(lambda conn: memory.save_state(self.context, conn, holder, state_json),
+                   connection=connection, what="save_state")
+
+    def store_step(
+        self, holder: memory.Holder, name: str, result_json: str, *,
+        connection: Connection | None = None,
+    ) -> None:
+        """Store a step's result under the job's lease (``Job.step``); LeaseLost if gone."""
+        self.write(
+            lambda conn: memory.store_step(self.context, conn, holder, name, result_json),
+            connection=connection, what="store_step",
+        )
+
+    def save_progress(self, holder: memory.Holder, progress: memory.Progress) -> None:
+        """Record a job's progress under its lease (``Job.progress``); LeaseLost if gone."""
+        self.write(lambda conn: memory.save_progress(self.context, conn, holder, progress),
+                   what="progress")
+
+    def memory_of(self, job_id: int) -> tuple[str | None, dict[str, str]]:
+        """A job's saved state and stored steps (JSON texts), in one read."""
+        def unit(conn: Connection) -> tuple[str | None, dict[str, str]]:
+            return (memory.load_state(self.context, conn, job_id),
+                    memory.load_steps(self.context, conn, job_id))
+        return self.read(unit)
+
+    def upstream(self, job_id: int, *, include_children: bool) -> list[memory.Upstream]:
+        """The jobs ``job_id`` reads results from (``Job.upstream_results``)."""
+        return self.read(lambda conn: memory.upstream(
+            self.context, conn, job_id, include_children=include_children))
 
     def attempts(self, job_id: int) -> list[AttemptRecord]:
         """The job's attempts, oldest first; see ``Queue.attempts``."""

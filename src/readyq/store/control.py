@@ -20,6 +20,7 @@ from readyq.model import BAD_ENDS, IN_FLIGHT_STATES, TERMINAL_STATES, UNFINISHED
 from readyq.reports import RetryResult
 from readyq.schema import MAX_ATTEMPTS_FROM_HANDLER
 from readyq.sql.listing import page_query
+from readyq.store import memory
 from readyq.store.context import StoreContext
 from readyq.store.enqueue import taken_keys
 from readyq.store.graph import propagate
@@ -165,10 +166,13 @@ def close_container(ctx: StoreContext, conn: Connection, job_id: int) -> None:
     propagate(ctx, conn, [(job_id, "done", row.parent_id)])
 
 
-def retry(ctx: StoreContext, conn: Connection, job_id: int, extra: int) -> RetryResult:
+def retry(
+    ctx: StoreContext, conn: Connection, job_id: int, extra: int, fresh: bool = False
+) -> RetryResult:
     """Put a failed, cancelled or upstream_failed job back, with what failed because of
     it, in the open transaction; see :func:`readyq.admin.retry` for the rules. Every
-    row it reads is locked."""
+    row it reads is locked. With ``fresh`` the revived jobs' steps, state and progress
+    are deleted too."""
     t = ctx.tables
     j, d = t.jobs, t.deps
     now = ctx.now
@@ -380,6 +384,8 @@ def retry(ctx: StoreContext, conn: Connection, job_id: int, extra: int) -> Retry
                 updated_at=now,
             )
         )
+    if fresh:
+        memory.forget(ctx, conn, sorted({job_id, *order}))
     return RetryResult(
         job_id=job_id,
         revived=[(i, "ready" if revived[i] == 0 else "waiting") for i in order],

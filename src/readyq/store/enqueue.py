@@ -361,6 +361,7 @@ def row_values(
         open_children,
         job.unique_key,
         job.uses,
+        job.key,
         job.run_after_at,
         job.run_after_delay,
         0.0 if state is JobState.UPSTREAM_FAILED else None,

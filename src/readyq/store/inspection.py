@@ -20,6 +20,7 @@ from readyq.model import (
     IN_FLIGHT_STATES,
     GroupStats,
     JobInfo,
+    JobProgress,
     JobState,
     ResourceStats,
     from_epoch,
@@ -84,7 +85,28 @@ def job_info(ctx: StoreContext, conn: Connection, job_id: int) -> JobInfo:
     deps = conn.execute(
         sa.select(d.c.depends_on_id).where(d.c.job_id == job_id).order_by(d.c.depends_on_id)
     ).scalars()
-    return info_from_row(row, tuple(int(x) for x in deps))
+    return info_from_row(row, tuple(int(x) for x in deps), progress_of(ctx, conn, job_id))
+
+
+def progress_of(ctx: StoreContext, conn: Connection, job_id: int) -> JobProgress | None:
+    """What the job's handler reported last with ``Job.progress``, or None."""
+    c = ctx.tables.checkpoints
+    row = conn.execute(
+        sa.select(c.c.progress_current, c.c.progress_total, c.c.progress_message,
+                  c.c.progress_at).where(c.c.job_id == job_id)
+    ).first()
+    return progress_from_row(row)
+
+
+def progress_from_row(row: Any) -> JobProgress | None:
+    """A JobProgress from a row's ``progress_*`` columns (None if it has none)."""
+    if row is None or row.progress_current is None:
+        return None
+    return JobProgress(
+        float(row.progress_current),
+        None if row.progress_total is None else float(row.progress_total),
+        row.progress_message, from_epoch(row.progress_at),
+    )
 
 
 def ready_types(ctx: StoreContext, conn: Connection, limit: int) -> list[str]:
@@ -706,7 +728,9 @@ def graph(ctx: StoreContext, conn: Connection, job_id: int, max_nodes: int) -> G
     return g
 
 
-def info_from_row(row: Any, depends_on: tuple[int, ...]) -> JobInfo:
+def info_from_row(
+    row: Any, depends_on: tuple[int, ...], progress: JobProgress | None = None
+) -> JobInfo:
     return JobInfo(
         id=int(row.id),
         type=row.type,
@@ -730,6 +754,8 @@ def info_from_row(row: Any, depends_on: tuple[int, ...]) -> JobInfo:
         unique_key=row.unique_key,
         cancelled_by=row.cancelled_by,
         spawned_by=None if row.spawned_by is None else int(row.spawned_by),
+        key=row.batch_key,
+        progress=progress,
     )
 
 

@@ -33,6 +33,8 @@ class NewJob(NamedTuple):
     unique_key: str | None = None
     # Canonical JSON of the resources the job takes (readyq.resources), or None.
     uses: str | None = None
+    # Its JobSpec.key in an enqueue_many batch (stored as ``batch_key``), or None.
+    key: str | None = None
 
 
 class BatchJob(NamedTuple):
