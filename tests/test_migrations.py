@@ -511,6 +511,25 @@ def test_sqlite_rebuild_that_finds_broken_references_changes_nothing(tmp_path: P
     assert "AUTOINCREMENT" not in reflect(url)["native"]["readyq_jobs"]
 
 
+def test_0016_adds_the_job_memory_to_a_database_of_0015_and_goes_back(db: str) -> None:
+    assert admin.migrate(db, revision="readyq_0015") == "readyq_0015"
+    with readyq.Queue(db) as queue:
+        old = queue.enqueue("x", {})
+    assert admin.migrate(db) == HEAD_REVISION
+    with readyq.Queue(db) as queue:
+        assert queue.get(old).key is None and queue.get(old).progress is None
+        (new,) = queue.enqueue_many([readyq.JobSpec("x", {}, key="k")])
+        assert queue.get(new).key == "k"
+    assert admin.downgrade(db, revision="readyq_0015") == "readyq_0015"
+    engine = sa.create_engine(db)
+    try:
+        names = set(sa.inspect(engine).get_table_names())
+        columns = {c["name"] for c in sa.inspect(engine).get_columns("readyq_jobs")}
+    finally:
+        engine.dispose()
+    assert not {"readyq_steps", "readyq_checkpoints"} & names and "batch_key" not in columns
+
+
 def test_0015_adds_spawned_by_to_a_database_of_0014_and_goes_back(db: str) -> None:
     assert admin.migrate(db, revision="readyq_0014") == "readyq_0014"
     with readyq.Queue(db) as queue:

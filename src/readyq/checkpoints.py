@@ -314,7 +314,7 @@ class AttemptMemory:
         except RuntimeError:
             loop = None
         if loop is None:
-            self._write_progress()
+            self.run(self._write_progress)
         else:  # a coroutine's call: the write must not block its event loop
             task: asyncio.Task[Any] = loop.create_task(self.arun(self._write_progress))
             self.tasks.add(task)
