@@ -21,6 +21,7 @@ import readyq
 BENCH = Path(__file__).resolve().parent.parent / "bench"
 sys.path.insert(0, str(BENCH))
 
+import memory as memory_bench  # noqa: E402
 import peers  # noqa: E402
 import run  # noqa: E402
 
@@ -251,3 +252,10 @@ def test_chancy_passes_the_benchmarks_checks(server: tuple[str, str, str]) -> No
     assert result.system == f"Chancy (concurrency {peers.CHANCY_CONCURRENCY})"
     assert_peer_row(result, "PostgreSQL")
     assert result.commits_per_job is not None and result.commits_per_job > 0
+
+
+def test_the_memory_benchmark_measures_every_call(queue: readyq.Queue) -> None:
+    row = memory_bench.measure(queue, 5)
+    assert set(row) == {"first state read", "save_state", "step (stored)",
+                        "step (already stored)", "progress (throttled)"}
+    assert all(v > 0 for v in row.values())
