@@ -9,7 +9,9 @@ starts in one statement), ``store.mark_running``, heartbeats, outcomes (``done``
 ``store.finish_and_claim``, which records them and claims in one transaction), ``store.cancel``,
 advancing the database clock (``store.clock_offset``), ``store.reclaim`` (expired leases
 and passed deadlines), and stale writers: an old lease finishing or heartbeating after it
-was reclaimed, re-claimed or finished, which must change nothing.
+was reclaimed, re-claimed or finished, which must change nothing; steps and states
+written under a lease (``store.store_step``, ``store.save_state``), live or stale: they
+land (a step keeping its first result) only while the lease holds.
 
 Time: every instant readyq writes is ``db_now + duration``. Each write is bracketed by two
 reads of the database clock, the row's instant must fall inside the bracket, and the
@@ -50,10 +52,11 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule, run_state_machine_as_test
 
 import readyq
-from readyq.errors import DependencyCycle
+from readyq.errors import DependencyCycle, LeaseLost
 from readyq.planning.drf import GLOBAL, Candidate, GroupState, Reserved, plan_starts
 from readyq.resources import decode, encode
 from readyq.store import Lease, NewJob, Outcome, ResourceView
+from readyq.store.memory import Holder
 
 CAP = 3
 TTL = 10_000.0
@@ -186,6 +189,8 @@ class Pick:
 def reset(queue: readyq.Queue) -> None:
     t = queue.store.tables
     with queue.engine.begin() as conn:
+        conn.execute(sa.delete(t.steps))
+        conn.execute(sa.delete(t.checkpoints))
         conn.execute(sa.delete(t.deps))
         conn.execute(sa.delete(t.groups))
         conn.execute(sa.delete(t.reservations))
@@ -210,6 +215,9 @@ class QueueModel(RuleBasedStateMachine):
         # Outcomes recorded, with what the job looked like right after.
         self.recorded: list[tuple[str, Outcome, tuple[Any, ...]]] = []
         self.rows: dict[int, Any] = {}
+        # What attempts kept: job -> (state JSON, attempt); job -> step -> (JSON, attempt).
+        self.saved: dict[int, tuple[str, int]] = {}
+        self.stored: dict[int, dict[str, tuple[str, int]]] = {}
         self.n = 0
         self.bracket = (0.0, 0.0)
         self.offset_in_step = 0.0
@@ -302,7 +310,23 @@ class QueueModel(RuleBasedStateMachine):
                     assert have is not None and abs(have - want) < 1e-6, (
                         f"{where}: {col} {have} != {want}")
         self.check_rows(rows)
+        self.check_memory()
         self.rows = rows
+
+    def check_memory(self) -> None:
+        """The steps and checkpoint rows are the model's: only writes under a live lease
+        landed, and a step keeps its first result."""
+        t = self.store.tables
+        with self.queue.engine.connect() as conn:
+            saved = {int(r.job_id): (r.state, int(r.state_attempt)) for r in conn.execute(
+                sa.select(t.checkpoints.c.job_id, t.checkpoints.c.state,
+                          t.checkpoints.c.state_attempt))}
+            stored: dict[int, dict[str, tuple[str, int]]] = {}
+            for r in conn.execute(sa.select(t.steps.c.job_id, t.steps.c.name,
+                                            t.steps.c.result, t.steps.c.attempt)):
+                stored.setdefault(int(r.job_id), {})[r.name] = (r.result, int(r.attempt))
+        assert saved == self.saved, (saved, self.saved)
+        assert stored == self.stored, (stored, self.stored)
 
     def check_rows(self, rows: dict[int, Any]) -> None:
         deps: dict[int, set[int]] = {}
@@ -758,6 +782,41 @@ class QueueModel(RuleBasedStateMachine):
             {k: tuple(v) for k, v in before.items()}, "a fenced write changed rows"
         self.sync()
 
+    def remember(self, pick: Pick) -> None:
+        """A step or a state written under a lease, live or not (``Job.step``,
+        ``Job.save_state``): it lands, and extends the lease, only while the lease holds;
+        otherwise LeaseLost and nothing changes."""
+        owner, c = pick.one(self.leases, "lease")
+        kind = pick.one(("state", "step"), "memory")
+        name = pick.one(("a", "b", "c"), "step name")
+        self.n += 1
+        value = str(self.n)
+        holder = Holder(c.id, c.attempt, owner, c.lease_token, TTL)
+        m = self.jobs[c.id]
+        held = m.owner == owner and m.token == c.lease_token and m.state in IN_FLIGHT
+        before = self.read_rows()
+        try:
+            if kind == "state":
+                self.step("save_state", lambda: self.store.save_state(holder, value))
+            else:
+                self.step("store_step", lambda: self.store.store_step(holder, name, value))
+            lost = False
+        except LeaseLost:
+            lost = True
+        assert lost == (not held), (kind, c, m.state)
+        if held:
+            m.lease_expires, m.heartbeat_at = self.at(TTL), self.at()
+            if kind == "state":
+                self.saved[c.id] = (value, c.attempt)
+            else:
+                self.stored.setdefault(c.id, {}).setdefault(name, (value, c.attempt))
+        else:
+            self.counters.fenced += 1
+            after = self.read_rows()
+            assert {k: tuple(v) for k, v in after.items()} == \
+                {k: tuple(v) for k, v in before.items()}, "a fenced memory write changed rows"
+        self.sync()
+
     def cancel(self, pick: Pick) -> None:
         jid = pick.one(sorted(self.jobs), "job")
         # Children are cancelled one by one in id order, as model_cancel does: a child
@@ -842,7 +901,7 @@ class QueueModel(RuleBasedStateMachine):
     ACTIONS: ClassVar[tuple[tuple[str, int], ...]] = (
         ("enqueue", 3), ("claim", 3), ("finish", 8), ("mark_running", 2), ("heartbeat", 2),
         ("stale_writer", 2), ("replay_outcome", 1), ("cancel", 1), ("advance_clock", 1),
-        ("reclaim", 2),
+        ("reclaim", 2), ("remember", 2),
     )
 
     def possible(self, action: str) -> bool:
@@ -853,6 +912,7 @@ class QueueModel(RuleBasedStateMachine):
             "replay_outcome": lambda: bool(self.replayable()),
             "stale_writer": lambda: bool(self.stale()),
             "cancel": lambda: bool(self.jobs),
+            "remember": lambda: bool(self.leases),
         }.get(action, lambda: True)()
 
     @rule(seed=st.integers(0, 2**32 - 1))
