@@ -225,7 +225,7 @@ FALLBACK_MAX_ATTEMPTS = 3
 BULK_COLUMNS = (
     "type", "args", "state", "error", "is_container", "parent_id", "group_key", "weight",
     "priority", "max_attempts", "timeout", "pending_deps", "open_children", "unique_key",
-    "uses", "batch_key",
+    "uses", "batch_key", "spawned_by",
 )
 BULK_CONSTANTS: dict[str, object] = {
     "attempts": 0,

@@ -140,8 +140,6 @@ class RunningAttempt:
     # true by itself once the lease may have run out (see readyq.heartbeats).
     lost: LeaseFlag
     cancelled: Flag
-    # ``job.stopping``: set when the worker begins a graceful shutdown.
-    stopping: Flag = field(default_factory=Flag)
     cancel_seen: bool = False
     # Whether the attempt runs in a span (asked once per claimed batch: the check reads
     # the environment when no provider is set).
@@ -411,6 +409,11 @@ class Worker:
         self._running: dict[int, RunningAttempt] = {}
         self._inbox = _Inbox()
         self._stop = threading.Event()
+        # ``job.stopping`` of every job this worker runs: set when it begins a graceful
+        # stop. One flag for all, so that a job costs no object more.
+        self._stopping = Flag()
+        # Builds an attempt's memory at its first use (``Job._remember``); bound once.
+        self._remember = self._memory_of
         # Whether the run was ended by Ctrl-C (SIGINT), which ``run`` raises again once
         # the worker has stopped.
         self._interrupted = False
@@ -518,8 +521,7 @@ class Worker:
         if self._grace_until is None or until < self._grace_until:
             self._grace_until = until
         self._stop.set()
-        for entry in list(self._running.values()):
-            entry.stopping.set()
+        self._stopping.set()
         self._inbox.wake.set()
 
     @property
@@ -863,9 +865,7 @@ class Worker:
     def _entry(self, c: ClaimedJob, lease_until: float, traced: bool = False) -> RunningAttempt:
         """Register a claimed attempt as running here (its handler not yet started)."""
         spec = self.handlers[c.type]
-        lost, cancelled, stopping = LeaseFlag(), Flag(), Flag()
-        if self._stop.is_set():
-            stopping.set()
+        lost, cancelled = LeaseFlag(), Flag()
         unreadable = None
         try:
             args = decode(c.args_json)
@@ -885,10 +885,10 @@ class Worker:
             _lost=lost,
             _cancelled=cancelled,
             _stage=self.spawner,
-            _remember=self._memory_of,
-            _stopping=stopping,
+            _remember=self._remember,
+            _stopping=self._stopping,
         )
-        entry = RunningAttempt(c, job, spec, lost, cancelled, stopping, traced=traced,
+        entry = RunningAttempt(c, job, spec, lost, cancelled, traced=traced,
                                isolated=c.type in self.isolated_types, unreadable=unreadable)
         stale = self._running.get(c.id)
         if stale is not None:  # an earlier attempt of this job that timed out here

@@ -14,14 +14,15 @@ from readyq.store.enqueue import row_values
 
 
 def test_row_values_follow_the_row_keys_and_insert_columns_follow_them() -> None:
-    job = NewJob("T", "A", "G", 2, 3, 4, 5.0, 6.0, None, (), None, False, "U", '{"gpu":2}', "K")
+    job = NewJob("T", "A", "G", 2, 3, 4, 5.0, 6.0, None, (), None, False, "U", '{"gpu":2}', "K",
+                 77)
     row = dict(zip(ROW_KEYS, row_values(job, JobState.WAITING, 7, "E", 8, 9), strict=True))
     assert row == {
         "type": "T", "args": "A", "state": "waiting", "error": "E", "is_container": False,
         "parent_id": 8, "group_key": "G", "weight": 2, "priority": 3, "max_attempts": 4,
         "timeout": 5.0, "pending_deps": 7, "open_children": 9, "unique_key": "U",
-        "uses": '{"gpu":2}', "batch_key": "K", "run_after_at": 6.0, "run_after_delay": None,
-        "finished_offset": None,
+        "uses": '{"gpu":2}', "batch_key": "K", "spawned_by": 77, "run_after_at": 6.0,
+        "run_after_delay": None, "finished_offset": None,
     }
     assert tuple(ROW_KEYS) == (*BULK_COLUMNS, "run_after_at", "run_after_delay", "finished_offset")
     assert tuple(INSERT_COLUMNS) == (

@@ -312,6 +312,7 @@ class PostgresDialect(Dialect):
             "unique_key": sa.Text,
             "uses": sa.Text,
             "batch_key": sa.Text,
+            "spawned_by": sa.BigInteger,
             "run_after_at": sa.Double,
             "run_after_delay": sa.Double,
             "finished_offset": sa.Double,
@@ -897,15 +898,16 @@ def copy_jobs(
     lines = []
     for i, r in zip(ids, rows, strict=True):
         (type_, args, state, error, is_container, parent_id, group, weight, priority,
-         max_attempts, timeout, pending, open_children, unique_key, uses, batch_key, at,
-         delay, finished_offset) = r
+         max_attempts, timeout, pending, open_children, unique_key, uses, batch_key,
+         spawned_by, at, delay, finished_offset) = r
         run_after = at if at is not None else None if delay is None else clock + delay
         lines.append(
             f"{i}\t{text(type_)}\t{text(args)}\t{state}\t{text(error)}\t"
             f"{'t' if is_container else 'f'}\t{_NULL if parent_id is None else parent_id}\t"
             f"{text(group)}\t{weight}\t{priority}\t{max_attempts}\t{_copy_number(timeout)}\t"
             f"{pending}\t{open_children}\t{text(unique_key)}\t{text(uses)}\t"
-            f"{text(batch_key)}\t{constants}\t"
+            f"{text(batch_key)}\t{_NULL if spawned_by is None else spawned_by}\t"
+            f"{constants}\t"
             f"{_copy_number(run_after)}\t{now}\t{now}\t"
             f"{_NULL if finished_offset is None else repr(clock + finished_offset)}\n"
         )

@@ -362,6 +362,7 @@ def row_values(
         job.unique_key,
         job.uses,
         job.key,
+        job.spawned_by,
         job.run_after_at,
         job.run_after_delay,
         0.0 if state is JobState.UPSTREAM_FAILED else None,

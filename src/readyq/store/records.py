@@ -35,6 +35,8 @@ class NewJob(NamedTuple):
     uses: str | None = None
     # Its JobSpec.key in an enqueue_many batch (stored as ``batch_key``), or None.
     key: str | None = None
+    # The job whose handler spawned it (Job.spawn), or None.
+    spawned_by: int | None = None
 
 
 class BatchJob(NamedTuple):

@@ -27,19 +27,19 @@ from readyq.store.records import BatchJob, Spawn
 _WAITS = (JobState.WAITING.value, JobState.ACTIVE.value)
 
 
-def combined(spawner_parent: int | None, spawns: Sequence[Spawn]) -> tuple[
+def combined(spawner: int, spawner_parent: int | None, spawns: Sequence[Spawn]) -> tuple[
     list[BatchJob], list[bool]
 ]:
-    """The staged batches as one, in order, each job without a container put into its
-    spawn's (``Spawn.parent``, else ``spawner_parent``); with, per position, whether
-    the job is joined."""
+    """The staged batches as one, in order, each job marked as spawned by ``spawner``
+    and, without a container, put into its spawn's (``Spawn.parent``, else
+    ``spawner_parent``); with, per position, whether the job is joined."""
     batch: list[BatchJob] = []
     joined: list[bool] = []
     for s in spawns:
         base = len(batch)
         box = s.parent if s.parent is not None else spawner_parent
         for b in s.batch:
-            job = b.job
+            job = b.job._replace(spawned_by=spawner)
             if box is not None and job.parent is None and b.parent_in_batch is None:
                 job = job._replace(parent=box)
             batch.append(BatchJob(
@@ -67,7 +67,7 @@ def insert_spawned(
     """
     t = ctx.tables
     j, d = t.jobs, t.deps
-    batch, joined = combined(spawner_parent, spawns)
+    batch, joined = combined(spawner, spawner_parent, spawns)
     waiting: list[int] = []
     if any(joined):
         boxes = {b.job.parent for b in batch if b.job.parent is not None}
@@ -93,10 +93,6 @@ def insert_spawned(
     else:
         placed = [(x, True) for x in enqueue.insert_batch(ctx, conn, batch)]
     new = [x for x, created in placed if created]
-    for chunk in chunks(new):
-        conn.execute(
-            sa.update(j).where(ctx.dialect.match_ids(j.c.id, chunk)).values(spawned_by=spawner)
-        )
     if waiting:
         _join(ctx, conn, waiting, sorted({x for (x, _), yes in zip(placed, joined,
                                                                      strict=True) if yes}))
