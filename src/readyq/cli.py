@@ -1292,6 +1292,8 @@ def cmd_show(args: argparse.Namespace) -> int:
             table.add_row("cancel", _text("requested", "bold red"))
     if f["cancelled_by"]:
         table.add_row("cancelled by", _text(f"an operator ({f['cancelled_by']})"))
+    if f["spawned_by"] is not None:
+        table.add_row("spawned by", _text(f"#{f['spawned_by']} (its handler added this job)"))
     if not f["is_container"]:
         uses = f["uses"]
         table.add_row(
@@ -1372,6 +1374,8 @@ def render_tree(g: Any, width: int = 80) -> Any:
         t.append(printable(f"#{n.id} {n.type}"), style="bold" if i == g.root else "")
         if n.is_container:
             t.append(" (container)", style="magenta")
+        if n.spawned_by is not None:
+            t.append(f" (spawned by #{n.spawned_by})", style="cyan")
         t.append(" ")
         t.append(printable(f"[{n.state}]"), style=STATE_STYLES.get(n.state, ""))
         t.append(printable(f"  {n.group}"), style="bright_black")

@@ -358,6 +358,8 @@ class Node:
     is_container: bool
     parent_id: int | None
     group: str
+    # The job whose handler spawned this one (Job.spawn), if one did.
+    spawned_by: int | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -367,6 +369,7 @@ class Node:
             "is_container": self.is_container,
             "parent_id": self.parent_id,
             "group": self.group,
+            "spawned_by": self.spawned_by,
         }
 
 

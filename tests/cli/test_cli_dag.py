@@ -106,3 +106,24 @@ def test_show_lists_the_first_dependencies_and_counts_the_rest(
     assert out.count(" step ") <= 21 + 1
     shown = migrated("show", str(fan_in), "--json").json()
     assert len(shown["dependencies"]) == 100 and shown["dependency_states"] == {"ready": 130}
+
+
+def test_spawned_jobs_are_marked_with_their_spawner(migrated: Run, mq: readyq.Queue) -> None:
+    cli = migrated
+
+    @mq.handler("split")
+    def split(job: readyq.Job) -> None:
+        job.spawn([readyq.JobSpec("part", {"p": p}) for p in range(2)])
+
+    mq.handler("part")(lambda job: None)
+    spawner = mq.enqueue("split", {})
+    after = mq.enqueue("part", {"p": "after"}, depends_on=[spawner])
+    mq.run_worker(until_idle=True, types=["split"], poll_interval=0.02)
+    graph = cli("dag", str(after), "--json").json()
+    spawned = {n["id"] for n in graph["nodes"] if n["spawned_by"] == spawner}
+    assert len(spawned) == 2
+    assert {(e["from"], e["to"]) for e in graph["edges"]} >= {(s, after) for s in spawned}
+    tree = cli("dag", str(after))
+    assert tree.out.count(f"(spawned by #{spawner})") == 2
+    shown = cli("show", str(min(spawned)))
+    assert f"#{spawner} (its handler added this job)" in shown.out

@@ -489,3 +489,22 @@ def test_the_graph_api_names_what_is_stuck(client: Any, queue: readyq.Queue) -> 
         conn.execute(jobs.update().where(jobs.c.id == box).values(updated_at=0.0))
     data = client.get(f"/api/jobs/{after}/graph").json()
     assert data["stuck"] == [box]
+
+
+def test_spawned_jobs_are_marked_in_the_graph_and_on_their_page(
+    client: Any, queue: readyq.Queue
+) -> None:
+    @queue.handler("split")
+    def split(job: readyq.Job) -> None:
+        job.spawn([readyq.JobSpec("part", {})])
+
+    queue.handler("part")(lambda job: None)
+    spawner = queue.enqueue("split", {})
+    after = queue.enqueue("part", {}, depends_on=[spawner])
+    queue.run_worker(until_idle=True, types=["split"], poll_interval=0.02)
+    nodes = client.get(f"/api/jobs/{after}/graph").json()["nodes"]
+    (spawned,) = [n["id"] for n in nodes if n["spawned_by"] == spawner]
+    page = client.get(f"/jobs/{after}/graph").text
+    assert f'spawned by <a href="/jobs/{spawner}">#{spawner}</a>' in page
+    job_page = client.get(f"/jobs/{spawned}").text
+    assert 'id="spawned-by"' in job_page and f"#{spawner}</a>" in job_page

@@ -620,7 +620,8 @@ def graph(ctx: StoreContext, conn: Connection, job_id: int, max_nodes: int) -> G
     ``max_nodes`` jobs. Raises JobNotFound."""
     t = ctx.tables
     j, d = t.jobs, t.deps
-    node_cols = (j.c.id, j.c.type, j.c.state, j.c.is_container, j.c.parent_id, j.c.group_key)
+    node_cols = (j.c.id, j.c.type, j.c.state, j.c.is_container, j.c.parent_id, j.c.group_key,
+                 j.c.spawned_by)
 
     def node(r: Any) -> Node:
         return Node(
@@ -630,6 +631,7 @@ def graph(ctx: StoreContext, conn: Connection, job_id: int, max_nodes: int) -> G
             is_container=bool(r.is_container),
             parent_id=None if r.parent_id is None else int(r.parent_id),
             group=r.group_key,
+            spawned_by=None if r.spawned_by is None else int(r.spawned_by),
         )
 
     row = conn.execute(sa.select(*node_cols).where(j.c.id == job_id)).first()

@@ -61,7 +61,7 @@
         (n.stuck ? " stuck" : ""),
         "data-job-id": id, "data-state": n.state, transform: "translate(" + (p.x - w / 2) + "," + (p.y - h / 2) + ")" }, a);
       var title = el("title", {}, g);
-      title.textContent = "#" + id + " " + n.type + " (" + n.state + ")" + (n.is_container ? ", container" : "") + ", group " + n.group + (n.stuck ? "; stuck: it cannot progress on its own" : "");
+      title.textContent = "#" + id + " " + n.type + " (" + n.state + ")" + (n.is_container ? ", container" : "") + (n.spawned_by ? ", spawned by #" + n.spawned_by : "") + ", group " + n.group + (n.stuck ? "; stuck: it cannot progress on its own" : "");
       el("rect", { width: w, height: h }, g);
       var t = el("text", { x: 8, y: h / 2 + 4 }, g);
       t.textContent = label(n);
@@ -119,7 +119,8 @@
       var parent = boxed ? "cluster:" + n.id : (n.parent_id && hasKids[n.parent_id] ? "cluster:" + n.parent_id : null);
       return { id: String(n.id), w: boxed ? 1 : Math.max(60, text.length * 6.6 + 16),
         h: boxed ? 1 : 26, parent: parent, boxed: boxed, stuck: !!stuck[n.id],
-        state: n.state, type: n.type, group: n.group, is_container: n.is_container };
+        state: n.state, type: n.type, group: n.group, is_container: n.is_container,
+        spawned_by: n.spawned_by };
     });
     var edges = data.edges.filter(function (e) { return e.kind === "depends"; })
       .map(function (e) { return [String(e.from), String(e.to)]; });
