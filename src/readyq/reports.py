@@ -319,7 +319,7 @@ class AttemptRecord:
 
 def number_text(value: float) -> str:
     """A count as people read it: 1,234 (a whole number), else 1,234.57."""
-    if value.is_integer() and abs(value) < 1e15:
+    if isinstance(value, int) or (value.is_integer() and abs(value) < 1e15):
         return f"{int(value):,}"
     return f"{value:,.2f}"
 
