@@ -53,7 +53,7 @@ from readyq.reports import (
 from readyq.resources import decode as decode_uses
 from readyq.schema import MAX_ATTEMPTS_FROM_HANDLER
 from readyq.sql.jobs import empty_containers
-from readyq.sql.listing import instant, needs_clock, page_query
+from readyq.sql.listing import instant, needs_clock, page_query, progress_query
 from readyq.sql.ready import (
     active_containers,
     in_flight_by_group,
@@ -147,17 +147,11 @@ def memory_of(
 
 def progress_of_page(ctx: StoreContext, conn: Connection, ids: Iterable[int]
                      ) -> dict[int, JobProgress]:
-    """The progress of each of ``ids`` that reported any, by job id: a read of the
-    checkpoints by primary key, apart from the listing's own query so that its plan
-    stays what its filter makes it."""
-    c = ctx.tables.checkpoints
+    """The progress of each of ``ids`` that reported any, by job id (see
+    :func:`readyq.sql.listing.progress_query`)."""
     out: dict[int, JobProgress] = {}
     for chunk in chunks(ids):
-        for r in conn.execute(
-            sa.select(c.c.job_id, c.c.progress_current, c.c.progress_total,
-                      c.c.progress_message, c.c.progress_at)
-            .where(c.c.job_id.in_(chunk), c.c.progress_current.is_not(None))
-        ):
+        for r in conn.execute(progress_query(ctx.tables, chunk)):
             p = progress_from_row(r)
             if p is not None:
                 out[int(r.job_id)] = p
