@@ -331,7 +331,8 @@ def progress_text(p: JobProgress, *, long: bool = False) -> str:
     fraction = p.fraction
     if fraction is None:
         return number_text(p.current)
-    percent = f"{int(fraction * 100)}%"
+    # The epsilon keeps 0.29 * 100 (28.999...) at 29%.
+    percent = f"{int(fraction * 100 + 1e-9)}%"
     if not long:
         return percent
     assert p.total is not None

@@ -105,11 +105,9 @@ def progress_of(ctx: StoreContext, conn: Connection, job_id: int) -> JobProgress
 # The steps of one job that ``readyq show`` and the dashboard list (by name); beyond,
 # they are counted.
 STEP_ROWS = 100
-# Jobs in flight with progress that one read lists (``readyq top``).
-RUNNING_PROGRESS_MAX = 1000
 
 
-def memory_of(
+def memory_report(
     ctx: StoreContext, conn: Connection, job_id: int
 ) -> tuple[JobProgress | None, SavedState | None, list[StepRecord], int]:
     """What a job's attempts kept, for the operator's views: its progress, its saved
@@ -158,7 +156,7 @@ def progress_of_page(ctx: StoreContext, conn: Connection, ids: Iterable[int]
     return out
 
 
-def _in_flight_with_progress(ctx: StoreContext) -> Any:
+def _in_flight_with_progress(ctx: StoreContext) -> sa.Select[Any]:
     """The jobs in flight (through their index) joined to their progress."""
     j, c = ctx.tables.jobs, ctx.tables.checkpoints
     return (
@@ -715,7 +713,7 @@ def job_detail(ctx: StoreContext, conn: Connection, job_id: int) -> JobDetail:
             }
         )
     attempts = attempts_of(ctx, conn, job_id)
-    progress, saved, steps, step_count = memory_of(ctx, conn, job_id)
+    progress, saved, steps, step_count = memory_report(ctx, conn, job_id)
     return JobDetail(
         fields=fields,
         dependencies=deps,
