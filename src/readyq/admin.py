@@ -47,6 +47,7 @@ from readyq.reports import (
     OldestReady,
     PruneResult,
     RetryResult,
+    RunningProgress,
     Status,
     WorkerSeen,
     iso,
@@ -81,6 +82,7 @@ __all__ = [
     "current_revision",
     "dag",
     "downgrade",
+    "in_flight_progress",
     "iso",
     "migrate",
     "migration_sql",
@@ -315,6 +317,14 @@ def status(
         pauses=pauses,
         unclaimed_types=[u for u in st.unclaimed_types if u.type not in paused_types],
     )
+
+
+def in_flight_progress(queue: Queue, *, limit: int = 1000) -> list[RunningProgress]:
+    """The first ``limit`` jobs in flight, by id, that reported progress
+    (``Job.progress``), with what they reported last."""
+    if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+        raise InvalidArgument(f"limit must be a positive integer, not {limit!r}")
+    return queue.store.in_flight_progress(limit)
 
 
 def show(queue: Queue, job_id: int) -> JobDetail:

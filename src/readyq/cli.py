@@ -777,6 +777,34 @@ def _when(epoch: float | None, now: float) -> str:
     return f"{iso(epoch)} ({rel})"
 
 
+# Width of the progress bars of ``show``, ``jobs`` and ``top``, in characters.
+BAR_WIDTH = 20
+
+
+def _bar(fraction: float | None, width: int = BAR_WIDTH) -> str:
+    """A bar of ``width`` characters filled to ``fraction`` (blank without one)."""
+    if fraction is None:
+        return ""
+    full = int(fraction * width)
+    return "█" * full + "░" * (width - full)
+
+
+def _progress_cell(p: Any, *, width: int = 10) -> Any:
+    """A job's progress in one cell: a short bar and ``42%``, or the count reported."""
+    from readyq.reports import progress_text
+
+    bar = _bar(p.fraction, width)
+    return _text(f"{bar} {progress_text(p)}" if bar else progress_text(p), "cyan")
+
+
+def _one_line(text: str | None, limit: int) -> str:
+    """User text on one line (newlines and tabs as spaces), cut to ``limit`` characters."""
+    if not text:
+        return ""
+    line = " ".join(text.split())
+    return line if len(line) <= limit else line[: limit - 1] + "…"
+
+
 # -- commands --------------------------------------------------------------------------------
 
 
@@ -1308,6 +1336,7 @@ def cmd_show(args: argparse.Namespace) -> int:
     table.add_row("args", _text(_short_json(f["args"])))
     if f["result"] is not None:
         table.add_row("result", _text(_short_json(f["result"])))
+    _memory_rows(table, detail)
     console.print(table)
     for title, refs, states in (
         ("Depends on", detail.dependencies, detail.dependency_states),
@@ -1345,10 +1374,45 @@ def cmd_show(args: argparse.Namespace) -> int:
                 _text(_error_line(a.error)),
             )
         console.print(t)
+    if detail.steps:
+        total = detail.step_count
+        more = total - len(detail.steps)
+        t = Table(title=f"Steps: {total}" + (f", the first {len(detail.steps)} by name"
+                                              if more else ""), title_justify="left")
+        for name in ("step", "stored", "bytes", "attempt"):
+            t.add_column(name, justify="right" if name in ("bytes", "attempt") else "left")
+        for st in detail.steps:
+            t.add_row(_text(st.name), _text(_when(st.stored_at, now)),
+                      _text(f"{st.size:,}"), _text(st.attempt))
+        if more:
+            t.add_row(_text(f"... {more} more", "bright_black"), _text(""), _text(""), _text(""))
+        console.print(t)
     if f["error"]:
         console.print(_text("Error:", "bold red"))
         console.print(_text(f["error"].rstrip()))
     return 0
+
+
+def _memory_rows(table: Any, detail: Any) -> None:
+    """The rows of ``readyq show`` for what the job's attempts kept: its progress (a
+    bar, the count, the message) and its saved state (cut short)."""
+    from readyq.reports import progress_text
+
+    now, p = detail.now, detail.progress
+    if p is not None:
+        bar = _bar(p.fraction)
+        table.add_row("progress", _text(
+            (f"{bar} " if bar else "") + progress_text(p, long=True)
+            + ("" if p.updated_at is None
+               else f", reported {_when(p.updated_at.timestamp(), now)}"), "cyan"))
+        if p.message:
+            table.add_row("message", _text(_one_line(p.message, 200)))
+    saved = detail.saved_state
+    if saved is not None:
+        table.add_row("saved state", _text(_short_json(saved.value, 300)))
+        table.add_row("state saved", _text(
+            f"by attempt {saved.attempt if saved.attempt is not None else '-'}, "
+            f"{_when(saved.saved_at, now)}, {saved.size:,} bytes"))
 
 
 def _short_json(value: Any, limit: int = 500) -> str:
@@ -1840,6 +1904,7 @@ def _attempts_cell(j: Any) -> str:
 def cmd_jobs(args: argparse.Namespace) -> int:
     from rich.table import Table
 
+    from readyq.model import IN_FLIGHT_STATES
     from readyq.reports import pauses_of
 
     flt = _job_filter(args)
@@ -1865,15 +1930,22 @@ def cmd_jobs(args: argparse.Namespace) -> int:
         f"{page.order} first",
         title_justify="left",
     )
+    # The progress of the jobs in flight that report it; the column only when one does.
+    moving = {j.id: j.progress for j in page.jobs
+              if j.progress is not None and j.state.value in IN_FLIGHT_STATES}
     for name, justify in (
         ("id", "right"), ("type", "left"), ("state", "left"), ("group", "left"),
-        ("attempts", "right"), ("created", "left"), ("finished", "left"), ("error", "left"),
+        ("attempts", "right"), ("progress", "left"), ("created", "left"),
+        ("finished", "left"), ("error", "left"),
     ):
-        table.add_column(name, justify=justify)  # type: ignore[arg-type]
+        if name != "progress" or moving:
+            table.add_column(name, justify=justify)  # type: ignore[arg-type]
     now = page.now
     for j in page.jobs:
         created = None if j.created_at is None else now - j.created_at.timestamp()
         finished = None if j.finished_at is None else now - j.finished_at.timestamp()
+        p = moving.get(j.id)
+        progress = [_progress_cell(p) if p is not None else _text("")] if moving else []
         table.add_row(
             _text(j.id),
             _text(j.type + (" (container)" if j.is_container else "")),
@@ -1882,6 +1954,7 @@ def cmd_jobs(args: argparse.Namespace) -> int:
             else _state(j.state.value),
             _text(j.group),
             _text(_attempts_cell(j)),
+            *progress,
             _text("-" if created is None else f"{_ago(created)} ago"),
             _text("-" if finished is None else f"{_ago(finished)} ago"),
             _text(_error_line(j.error)),
@@ -1972,6 +2045,21 @@ def cmd_dashboard(args: argparse.Namespace) -> int:
     return 0
 
 
+def render_progress(moving: Sequence[Any], max_rows: int) -> Any:
+    """The jobs in flight that report progress (``top``), at most ``max_rows`` of them."""
+    from rich.table import Table
+
+    table = Table(title="Jobs in flight reporting progress", title_justify="left")
+    for name in ("id", "type", "worker", "progress", "message"):
+        table.add_column(name, justify="right" if name == "id" else "left")
+    for r in moving[:max_rows]:
+        table.add_row(_text(r.id), _text(r.type), _text(r.worker or "-"),
+                      _progress_cell(r.progress), _text(_one_line(r.progress.message, 60)))
+    if len(moving) > max_rows:
+        table.add_row(_text("..."), _text("more", "bright_black"))
+    return table
+
+
 def cmd_top(args: argparse.Namespace) -> int:
     import sqlalchemy as sa
     from rich.live import Live
@@ -1985,8 +2073,13 @@ def cmd_top(args: argparse.Namespace) -> int:
     try:
 
         def frame() -> Any:
+            from rich.console import Group
+
             rows = max(3, (console.height - 14) // 2)
-            return render_status(admin.status(queue), queue.database, queue.prefix, max_rows=rows)
+            status = render_status(admin.status(queue), queue.database, queue.prefix,
+                                   max_rows=rows)
+            moving = admin.in_flight_progress(queue, limit=rows + 1)
+            return Group(status, render_progress(moving, rows)) if moving else status
 
         first = frame()
         if args.once:

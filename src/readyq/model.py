@@ -184,6 +184,25 @@ class GroupStats:
 
 
 @dataclass(frozen=True)
+class ProgressStats:
+    """How far one job type's jobs in flight have got, by what their handlers reported
+    with ``Job.progress`` (read with :meth:`readyq.Queue.progress_stats`).
+
+    Attributes:
+        type: the job type.
+        reporting: its jobs in flight that have reported progress.
+        with_total: those of them that gave a total.
+        mean_fraction: the mean of ``current / total`` (each clamped to 0..1) over those
+            ``with_total`` jobs; None when none gave a total.
+    """
+
+    type: str
+    reporting: int
+    with_total: int
+    mean_fraction: float | None
+
+
+@dataclass(frozen=True)
 class Pause:
     """A pause in force: no worker claims the jobs it names until it ends.
 

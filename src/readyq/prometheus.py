@@ -18,7 +18,11 @@ Metrics (``type``: the job type, ``state``: done, retried, failed or cancelled):
 - ``readyq_queue_age_seconds{group}``, ``readyq_ready_jobs{group}``,
   ``readyq_in_flight{group}``, ``readyq_resource_in_use{group,resource}`` (units of a
   named resource held by the group's jobs in flight): gauges read from the database at
-  scrape time (across all workers), with :meth:`readyq.Queue.group_stats`.
+  scrape time (across all workers), with :meth:`readyq.Queue.group_stats`;
+- ``readyq_progress_jobs{type}`` (jobs in flight that reported ``Job.progress``) and
+  ``readyq_progress_fraction{type}`` (the mean fraction done, 0 to 1, of those that gave a
+  total): gauges read at scrape time with :meth:`readyq.Queue.progress_stats`. Labelled
+  by type only, never by job, so that their series stay as few as the types.
 
 prometheus_client is imported when a PrometheusMetrics is made, never by ``import readyq``.
 """
@@ -32,7 +36,7 @@ from typing import TYPE_CHECKING, Any
 
 from readyq.errors import ConfigurationError
 from readyq.metrics import Observer
-from readyq.model import GroupStats
+from readyq.model import GroupStats, ProgressStats
 from readyq.transient import describe
 
 if TYPE_CHECKING:
@@ -131,7 +135,8 @@ class PrometheusMetrics(Observer):
             buckets=DURATION_BUCKETS, registry=registry,
         )
         if gauges:
-            registry.register(_GroupCollector(pc, _stats_reader(queue)))
+            registry.register(_GroupCollector(pc, _reader(queue, "group_stats")))
+            registry.register(_ProgressCollector(_reader(queue, "progress_stats")))
         queue.add_observer(self)
 
     # -- hooks --------------------------------------------------------------------------
@@ -156,12 +161,13 @@ class PrometheusMetrics(Observer):
         self.fenced.inc(n)
 
 
-def _stats_reader(queue: Queue | AsyncQueue) -> Callable[[], dict[str, GroupStats]]:
-    """A blocking function returning ``group_stats()`` of a sync or an async queue."""
+def _reader(queue: Queue | AsyncQueue, name: str) -> Callable[[], Any]:
+    """A blocking function returning the queue's method ``name()`` (``group_stats`` or
+    ``progress_stats``) of a sync or an async queue."""
     from readyq.queue import Queue
 
     if isinstance(queue, Queue):
-        return queue.group_stats
+        return getattr(queue, name)  # type: ignore[no-any-return]
     try:
         loop = asyncio.get_running_loop()
     except RuntimeError:
@@ -170,7 +176,7 @@ def _stats_reader(queue: Queue | AsyncQueue) -> Callable[[], dict[str, GroupStat
             "are read on that loop at scrape time), or pass gauges=False"
         ) from None
 
-    def read() -> dict[str, GroupStats]:
+    def read() -> Any:
         try:
             running = asyncio.get_running_loop()
         except RuntimeError:
@@ -178,7 +184,7 @@ def _stats_reader(queue: Queue | AsyncQueue) -> Callable[[], dict[str, GroupStat
         if running is loop:
             # Blocking the loop on itself would deadlock: scrape from another thread.
             raise RuntimeError("the gauges of an AsyncQueue cannot be read on its own loop")
-        future = asyncio.run_coroutine_threadsafe(queue.group_stats(), loop)
+        future = asyncio.run_coroutine_threadsafe(getattr(queue, name)(), loop)
         return future.result(SCRAPE_TIMEOUT)
 
     return read
@@ -233,3 +239,40 @@ class _GroupCollector:
         yield ready
         yield flight
         yield uses
+
+
+class _ProgressCollector:
+    """Per-type gauges of the progress of the jobs in flight, read at each scrape."""
+
+    def __init__(self, read: Callable[[], dict[str, ProgressStats]]) -> None:
+        from prometheus_client.core import GaugeMetricFamily
+
+        self._families = GaugeMetricFamily
+        self._read = read
+
+    def _empty(self) -> tuple[Any, Any]:
+        gauge = self._families
+        return (
+            gauge("readyq_progress_jobs",
+                  "Jobs of the type in flight that reported progress.", labels=["type"]),
+            gauge("readyq_progress_fraction",
+                  "Mean fraction done (0 to 1) of the type's jobs in flight that reported "
+                  "progress with a total.", labels=["type"]),
+        )
+
+    def describe(self) -> Iterator[Any]:
+        yield from self._empty()
+
+    def collect(self) -> Iterator[Any]:
+        jobs, fraction = self._empty()
+        try:
+            stats = self._read()
+        except Exception as exc:
+            log.warning("readyq progress gauges not collected: %s", describe(exc))
+            return
+        for type_, st in stats.items():
+            jobs.add_metric([type_], st.reporting)
+            if st.mean_fraction is not None:
+                fraction.add_metric([type_], st.mean_fraction)
+        yield jobs
+        yield fraction

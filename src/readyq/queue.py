@@ -42,7 +42,15 @@ from readyq.handlers import HandlerRegistry, HandlerSpec
 from readyq.isolation import ISOLATIONS, check_handler_shape
 from readyq.listing import DEFAULT_LIMIT, JobFilter, check_limit, check_order, filter_of
 from readyq.metrics import Observers
-from readyq.model import Enqueued, GroupStats, JobInfo, JobState, Pause, ResourceStats
+from readyq.model import (
+    Enqueued,
+    GroupStats,
+    JobInfo,
+    JobState,
+    Pause,
+    ProgressStats,
+    ResourceStats,
+)
 from readyq.payload import DEFAULT_MAX_PAYLOAD_BYTES, encode
 from readyq.planning.backoff import DEFAULT_RETRY_BASE, DEFAULT_RETRY_MAX
 from readyq.planning.caps import Limits
@@ -372,6 +380,17 @@ class Queue:
         """
         self.check_open()
         return self.store.group_stats()
+
+    def progress_stats(self) -> dict[str, ProgressStats]:
+        """Per job type: its jobs in flight that reported progress (``Job.progress``),
+        those that gave a total, and their mean fraction done.
+
+        One grouped read of the jobs in flight and their progress, with no per-job
+        detail: meant for metrics scrapes. Types with no job in flight reporting
+        progress are left out.
+        """
+        self.check_open()
+        return self.store.progress_stats()
 
     # -- handlers ---------------------------------------------------------------------------
 

@@ -10,7 +10,14 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
 
-from readyq.model import IN_FLIGHT_STATES, JobInfo, JobState, Pause, ResourceStats
+from readyq.model import (
+    IN_FLIGHT_STATES,
+    JobInfo,
+    JobProgress,
+    JobState,
+    Pause,
+    ResourceStats,
+)
 
 STATE_ORDER = tuple(s.value for s in JobState)
 
@@ -310,9 +317,91 @@ class AttemptRecord:
         }
 
 
+def number_text(value: float) -> str:
+    """A count as people read it: 1,234 (a whole number), else 1,234.57."""
+    if isinstance(value, int) or (value.is_integer() and abs(value) < 1e15):
+        return f"{int(value):,}"
+    return f"{value:,.2f}"
+
+
+def progress_text(p: JobProgress, *, long: bool = False) -> str:
+    """A job's progress in a few characters: ``42%`` with a total, else the count
+    reported (``1,234``). ``long``: ``1,234 of 10,000 (12%)``. Whole percents are rounded
+    down, so that a job shows 100% only once it got there."""
+    fraction = p.fraction
+    if fraction is None:
+        return number_text(p.current)
+    # The epsilon keeps 0.29 * 100 (28.999...) at 29%.
+    percent = f"{int(fraction * 100 + 1e-9)}%"
+    if not long:
+        return percent
+    assert p.total is not None
+    return f"{number_text(p.current)} of {number_text(p.total)} ({percent})"
+
+
+def progress_json(p: JobProgress | None) -> dict[str, Any] | None:
+    """What a job's handler reported last with ``Job.progress``, as JSON."""
+    if p is None:
+        return None
+    return {
+        "current": p.current, "total": p.total,
+        "fraction": None if p.fraction is None else round(p.fraction, 4),
+        "message": p.message,
+        "updated_at": None if p.updated_at is None
+        else p.updated_at.isoformat(timespec="milliseconds"),
+    }
+
+
+@dataclass(frozen=True)
+class StepRecord:
+    """A step a job's attempts stored (``Job.step``): its name, the attempt that stored
+    it and when, and the size of its JSON result in bytes (the result itself is not
+    read)."""
+
+    name: str
+    attempt: int
+    stored_at: float
+    size: int
+
+    def to_json(self) -> dict[str, Any]:
+        return {"name": self.name, "attempt": self.attempt, "stored_at": iso(self.stored_at),
+                "bytes": self.size}
+
+
+@dataclass(frozen=True)
+class SavedState:
+    """The state a job saved last (``Job.save_state``): its decoded JSON ``value``, the
+    attempt that saved it and when, and the size of its JSON text in bytes."""
+
+    value: Any
+    attempt: int | None
+    saved_at: float | None
+    size: int
+
+    def to_json(self) -> dict[str, Any]:
+        return {"value": self.value, "attempt": self.attempt, "saved_at": iso(self.saved_at),
+                "bytes": self.size}
+
+
+@dataclass(frozen=True)
+class RunningProgress:
+    """A job in flight that reported progress, as ``readyq top`` lists it."""
+
+    id: int
+    type: str
+    state: str
+    worker: str | None
+    progress: JobProgress
+
+    def to_json(self) -> dict[str, Any]:
+        return {"id": self.id, "type": self.type, "state": self.state, "worker": self.worker,
+                "progress": progress_json(self.progress)}
+
+
 @dataclass(frozen=True)
 class JobDetail:
-    """Everything about one job: its row, its edges and, for a container, its children.
+    """Everything about one job: its row, its edges, for a container its children, and
+    what its attempts kept (progress, saved state, stored steps).
 
     ``dependencies`` and ``dependents`` hold the first 100 of each, by id;
     ``dependency_states`` and ``dependent_states`` count all of them per state."""
@@ -329,6 +418,12 @@ class JobDetail:
     waits_for: list[str] = field(default_factory=list)
     # Its attempts, oldest first, the one its row holds (done or running) last.
     attempts: list[AttemptRecord] = field(default_factory=list)
+    # What its attempts kept: the progress reported last, the state saved last, and the
+    # first steps stored by name (``step_count`` counts all of them).
+    progress: JobProgress | None = None
+    saved_state: SavedState | None = None
+    steps: list[StepRecord] = field(default_factory=list)
+    step_count: int = 0
 
     @property
     def id(self) -> int:
@@ -347,6 +442,10 @@ class JobDetail:
             out["children"] = self.children
         out["waits_for"] = self.waits_for
         out["attempt_history"] = [a.to_json() for a in self.attempts]
+        out["progress"] = progress_json(self.progress)
+        out["saved_state"] = None if self.saved_state is None else self.saved_state.to_json()
+        out["steps"] = [st.to_json() for st in self.steps]
+        out["step_count"] = self.step_count
         return out
 
 
@@ -523,6 +622,7 @@ def job_info_json(info: JobInfo) -> dict[str, Any]:
         "args": info.args,
         "result": info.result,
         "error": info.error,
+        "progress": progress_json(info.progress),
     }
 
 

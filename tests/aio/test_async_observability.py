@@ -66,6 +66,10 @@ def test_async_worker_reports_like_the_thread_worker(
             # A scrape from another thread reads the gauges on this loop.
             ready = await asyncio.to_thread(gauge, "readyq_ready_jobs", "net")
             assert ready == 1
+            # The progress gauges read on this loop too: no job in flight reports any.
+            assert await queue.progress_stats() == {}
+            assert await asyncio.to_thread(
+                registry.get_sample_value, "readyq_progress_jobs", {"type": "fetch"}) is None
             stats: readyq.WorkerStats = await queue.run_worker(
                 concurrency=2, poll_interval=0.02, lease_ttl=10.0, heartbeat_interval=2.0,
                 until_idle=True,
@@ -81,6 +85,7 @@ def test_async_worker_reports_like_the_thread_worker(
     with caplog.at_level(logging.INFO, logger="readyq.worker"):
         stats = asyncio.run(scenario())
     assert (stats.done, stats.failed) == (1, 1)
+    assert not [r for r in caplog.records if "not collected" in r.getMessage()]
     assert seen == [FetchArgs(url="https://a.example")]
 
     assert sorted(recorder.named("on_enqueued")) == [(1, "fetch"), (1, "parse")]

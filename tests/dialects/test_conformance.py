@@ -46,7 +46,7 @@ COVERED = {
     "mark_done", "error_code", "is_retryable", "is_disconnect", "is_missing_table",
     "is_permanent", "is_refusal", "database", "driver_hint", "in_flight_uses",
     "resource_heads", "claim_ids", "resource_state", "resource_flight", "server_text",
-    "match_ids", "same_database",
+    "match_ids", "same_database", "octets",
 }
 
 
@@ -157,6 +157,17 @@ def test_match_ids_takes_more_ids_than_a_statement_has_parameters(seam: Seam) ->
     assert seam.conn.execute(
         sa.select(sa.func.count()).where(seam.d.match_ids(j.c.id, []))
     ).scalar_one() == 0
+
+
+def test_octets_counts_bytes_not_characters(seam: Seam) -> None:
+    [job] = seam.add(1)
+    s = seam.t.steps
+    for name, text in (("ascii", '"abc"'), ("accents", '"é€😀"'), ("empty", "")):
+        seam.conn.execute(sa.insert(s).values(job_id=job, name=name, result=text, attempt=1,
+                                              stored_at=0.0))
+    sizes = dict(seam.conn.execute(
+        sa.select(s.c.name, seam.d.octets(s.c.result)).where(s.c.job_id == job)).all())
+    assert sizes == {"ascii": 5, "accents": 2 + 2 + 3 + 4, "empty": 0}
 
 
 def test_insert_edges_and_dependents_of(seam: Seam) -> None:

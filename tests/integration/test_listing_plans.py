@@ -18,7 +18,7 @@ import sqlalchemy as sa
 import readyq
 from readyq import JobFilter
 from readyq.schema import bad_end_index_name, ready_type_index_name
-from readyq.sql.listing import page_query
+from readyq.sql.listing import page_query, progress_query
 
 BULK = 20_000
 
@@ -101,3 +101,41 @@ def test_pages_of_failed_and_of_one_type_s_ready_jobs_read_their_index(
     assert len(queue.jobs(state="failed", limit=50, cursor=failed.next_cursor)) == 10
     ready = queue.jobs(state="ready", type="t", limit=50)
     assert len(ready) == 30 and {j.type for j in ready} == {"t"}
+
+
+def test_a_page_s_progress_is_read_by_the_checkpoints_primary_key(
+    queue: readyq.Queue, dialect_name: str
+) -> None:
+    """The listing reads its page's progress apart from the page (whose plan the test
+    above checks), by primary key: never a scan of every checkpoint."""
+    t = queue.store.tables
+    now = time.time()
+    with queue.engine.begin() as conn:
+        conn.execute(sa.insert(t.jobs), rows("done", BULK, now))
+        ids = [int(i) for i in conn.execute(sa.select(t.jobs.c.id)).scalars()]
+        conn.execute(sa.insert(t.checkpoints), [
+            {"job_id": i, "progress_current": 1.0, "progress_total": 2.0, "progress_at": now}
+            for i in ids
+        ])
+    with queue.engine.connect() as conn:
+        if dialect_name == "postgresql":
+            conn.exec_driver_sql(f"ANALYZE {t.checkpoints.name}")
+        elif dialect_name == "sqlite":
+            conn.exec_driver_sql("ANALYZE")
+        else:
+            conn.exec_driver_sql(f"ANALYZE TABLE {t.checkpoints.name}").all()
+        conn.commit()
+    page = sorted(ids)[-51:]
+    sql = str(progress_query(t, page).compile(
+        dialect=queue.engine.dialect, compile_kwargs={"literal_binds": True}))
+    text, found = explain(queue, dialect_name, sql)
+    name = t.checkpoints.name
+    if dialect_name == "postgresql":
+        assert "Seq Scan" not in text and f"Index Scan using {name}_pk" in text, text
+    elif dialect_name == "sqlite":
+        assert not re.search(rf"\bSCAN {name}\b", text) and f"SEARCH {name}" in text, text
+    else:
+        [row] = [r for r in found if r.get("table") == name]
+        assert row.get("key") == "PRIMARY" and row.get("type") in ("range", "eq_ref"), text
+    listed = queue.jobs(limit=51)
+    assert all(j.progress is not None and j.progress.fraction == 0.5 for j in listed)

@@ -126,6 +126,63 @@ def test_prometheus_counts_jobs_and_a_broken_hook_changes_nothing(
     assert broken and all("raised in on_" in r.getMessage() and r.exc_info for r in broken)
 
 
+def test_prometheus_progress_gauges_per_type_of_the_jobs_in_flight(
+    queue: readyq.Queue,
+) -> None:
+    """Per type, the jobs in flight that reported progress and their mean fraction
+    done; no series per job; a type whose jobs ended drops out."""
+    registry = prometheus_client.CollectorRegistry()
+    PrometheusMetrics(queue, registry=registry)
+    release = threading.Event()
+    reported: list[int] = []
+
+    @queue.handler("copy")
+    def copy(job: readyq.Job) -> None:
+        job.progress(job.args["done"], 1000, "copying")
+        reported.append(job.id)
+        release.wait(20)
+
+    @queue.handler("count")
+    def count(job: readyq.Job) -> None:
+        job.progress(42)  # no total: counted, not in the mean
+        reported.append(job.id)
+        release.wait(20)
+
+    @queue.handler("quiet")
+    def quiet(job: readyq.Job) -> None:
+        reported.append(job.id)
+        release.wait(20)
+
+    for done in (250, 750, 2000):  # 2000 of 1000 counts as all done
+        queue.enqueue("copy", {"done": done})
+    queue.enqueue("count", {})
+    queue.enqueue("quiet", {})
+    worker = queue.worker(concurrency=5, poll_interval=0.01, lease_ttl=10, heartbeat_interval=2)
+    thread = threading.Thread(target=worker.run, kwargs={"handle_signals": False}, daemon=True)
+    thread.start()
+    try:
+        deadline = time.monotonic() + 15
+        while len(reported) < 5:
+            assert time.monotonic() < deadline, "the jobs did not start"
+            time.sleep(0.01)
+        assert sample(registry, "readyq_progress_jobs", type="copy") == 3
+        mean = sample(registry, "readyq_progress_fraction", type="copy")
+        assert mean is not None and abs(mean - (0.25 + 0.75 + 1.0) / 3) < 1e-9
+        assert sample(registry, "readyq_progress_jobs", type="count") == 1
+        assert sample(registry, "readyq_progress_fraction", type="count") is None
+        assert sample(registry, "readyq_progress_jobs", type="quiet") is None
+        labels = {tuple(sorted(s.labels)) for m in registry.collect()
+                  if m.name.startswith("readyq_progress") for s in m.samples}
+        assert labels == {("type",)}
+        assert queue.progress_stats()["copy"].with_total == 3
+    finally:
+        release.set()
+        worker.stop()
+        thread.join(20)
+    assert sample(registry, "readyq_progress_jobs", type="copy") is None
+    assert queue.progress_stats() == {}
+
+
 def test_reclaim_lease_loss_and_fenced_write_are_logged_and_counted(
     queue: readyq.Queue, caplog: pytest.LogCaptureFixture
 ) -> None:

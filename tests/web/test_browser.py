@@ -264,3 +264,67 @@ def test_a_graph_of_5000_jobs_is_cut_and_can_be_widened(
     assert page.evaluate("1 + 1") == 2
     shoot(page, tmp_path, "graph-wide", served)
     assert page.errors == [], page.errors
+
+
+# Rich markup and HTML that would run if it were not escaped: shown as text.
+MEMORY_HOSTILE = '[red]x[/red] <script>window.pwned=1</script><img src=x onerror="window.pwned=2">'
+MEMORY_GATES: dict[str, tuple[threading.Event, threading.Event]] = {}
+
+
+def test_a_running_job_s_progress_bar_moves_and_its_text_stays_text(
+    page: Any, served: Served, tmp_path: Path
+) -> None:
+    """The job list and the job page draw a running job's progress as a bar; the job
+    page's bar moves by itself when the job reports more; a hostile message, state and
+    step name are shown as the text they are."""
+    q = served.queue
+    if "remember" not in q.handlers:
+        name = served.name
+
+        def remember(job: Any) -> None:
+            more, release = MEMORY_GATES[name]
+            job.step(MEMORY_HOSTILE, lambda: 1)
+            job.save_state({"cursor": MEMORY_HOSTILE})
+            job.progress(250, 1000, MEMORY_HOSTILE)
+            more.wait(30)
+            time.sleep(1.1)  # past the throttle of one progress write a second
+            job.progress(750, 1000, MEMORY_HOSTILE)
+            release.wait(30)
+
+        q.handler("remember")(remember)
+    more, release = threading.Event(), threading.Event()
+    MEMORY_GATES[served.name] = (more, release)
+    g = group()
+    job_id = q.enqueue("remember", {}, group=g)
+    worker = q.worker(concurrency=1, poll_interval=0.05, types=["remember"])
+    thread = threading.Thread(target=worker.run, kwargs={"handle_signals": False}, daemon=True)
+    thread.start()
+    try:
+        deadline = time.monotonic() + 20
+        while q.get(job_id).progress is None:
+            assert time.monotonic() < deadline, "the job reported no progress"
+            time.sleep(0.05)
+        page.goto(f"{served.url}/jobs?group={g}")
+        bar = page.locator(f"#jobs-table tr[data-job-id='{job_id}'] .progress progress")
+        assert bar.get_attribute("value") == "0.25" and bar.is_visible()
+        assert page.get_attribute(f"#jobs-table tr[data-job-id='{job_id}'] .progress",
+                                  "title") == MEMORY_HOSTILE
+        page.goto(f"{served.url}/jobs/{job_id}")
+        assert page.locator("#progress-bar progress").get_attribute("value") == "0.25"
+        assert page.inner_text("#progress-message") == MEMORY_HOSTILE
+        assert MEMORY_HOSTILE.replace('"', '\\"') in page.inner_text("#saved-state")
+        assert MEMORY_HOSTILE in page.inner_text("#steps")
+        assert page.locator("#progress script, #saved-state img, #steps img").count() == 0
+        shoot(page, tmp_path, "job-progress", served)
+        more.set()
+        # No reload: the live region redraws the bar once the job reports more.
+        page.wait_for_selector("#progress-bar[data-fraction='0.75']")
+        assert page.locator("#progress-bar progress").get_attribute("value") == "0.75"
+        assert "750 of 1,000 (75%)" in page.inner_text("#progress-count")
+        assert page.evaluate("() => window.pwned === undefined")
+    finally:
+        more.set()
+        release.set()
+        worker.stop()
+        thread.join(timeout=15)
+    assert page.errors == [], page.errors

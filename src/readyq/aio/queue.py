@@ -26,7 +26,15 @@ from readyq.engines import DEFAULT_IDLE_TRANSACTION_TIMEOUT, DEFAULT_LOCK_TIMEOU
 from readyq.errors import ConfigurationError
 from readyq.handlers import HandlerSpec
 from readyq.listing import DEFAULT_LIMIT, JobFilter
-from readyq.model import Enqueued, GroupStats, JobInfo, JobState, Pause, ResourceStats
+from readyq.model import (
+    Enqueued,
+    GroupStats,
+    JobInfo,
+    JobState,
+    Pause,
+    ProgressStats,
+    ResourceStats,
+)
 from readyq.payload import DEFAULT_MAX_PAYLOAD_BYTES
 from readyq.planning.backoff import DEFAULT_RETRY_BASE, DEFAULT_RETRY_MAX
 from readyq.planning.caps import Limits
@@ -170,6 +178,10 @@ class AsyncQueue:
     async def group_stats(self) -> dict[str, GroupStats]:
         """See :meth:`readyq.Queue.group_stats`."""
         return await greenlet_spawn(self._queue.group_stats)
+
+    async def progress_stats(self) -> dict[str, ProgressStats]:
+        """See :meth:`readyq.Queue.progress_stats`."""
+        return await greenlet_spawn(self._queue.progress_stats)
 
     # -- handlers -------------------------------------------------------------------------
 

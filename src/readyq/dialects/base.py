@@ -1172,6 +1172,11 @@ class Dialect(ABC):
 
     # -- forms of the statements above, overridden where a database has better ones ----
 
+    def octets(self, column: sa.ColumnElement[Any]) -> sa.ColumnElement[int]:
+        """The size of a text column's value in bytes (UTF-8), not in characters: what a
+        stored step weighs, read without reading the value."""
+        return sa.func.octet_length(column, type_=sa.Integer)
+
     def match_ids(
         self, column: sa.ColumnElement[Any], ids: Sequence[int]
     ) -> sa.ColumnElement[bool]:

@@ -369,6 +369,11 @@ class SQLiteDialect(Dialect):
     def is_missing_table(self, exc: BaseException) -> bool:
         return "no such table" in str(getattr(exc, "orig", exc)).lower()
 
+    def octets(self, column: sa.ColumnElement[Any]) -> sa.ColumnElement[int]:
+        """``length(CAST(column AS BLOB))``: SQLite's length() of a text counts
+        characters, of a blob bytes; octet_length() exists only from SQLite 3.43."""
+        return sa.func.length(sa.cast(column, sa.LargeBinary), type_=sa.Integer)
+
     def match_ids(
         self, column: sa.ColumnElement[Any], ids: Sequence[int]
     ) -> sa.ColumnElement[bool]:

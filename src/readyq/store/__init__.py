@@ -38,7 +38,15 @@ from readyq.dialects import (
 )
 from readyq.errors import SchemaNotFound
 from readyq.listing import JobFilter
-from readyq.model import ClaimedJob, GroupStats, JobInfo, Pause, ResourceStats, job_log_fields
+from readyq.model import (
+    ClaimedJob,
+    GroupStats,
+    JobInfo,
+    Pause,
+    ProgressStats,
+    ResourceStats,
+    job_log_fields,
+)
 from readyq.rate_limits import RateLimit
 from readyq.reports import (
     AttemptRecord,
@@ -49,6 +57,7 @@ from readyq.reports import (
     Overview,
     PruneResult,
     RetryResult,
+    RunningProgress,
     Status,
     StuckJob,
     WorkerReport,
@@ -827,6 +836,14 @@ class Store:
     def group_stats(self) -> dict[str, GroupStats]:
         """Per group: claimable jobs, the longest wait among them, and jobs in flight."""
         return self.read(lambda conn: inspection.group_stats(self.context, conn))
+
+    def progress_stats(self) -> dict[str, ProgressStats]:
+        """Per job type, how far its jobs in flight have got (``Job.progress``)."""
+        return self.read(lambda conn: inspection.progress_stats(self.context, conn))
+
+    def in_flight_progress(self, limit: int) -> list[RunningProgress]:
+        """The first ``limit`` jobs in flight (by id) that reported progress."""
+        return self.read(lambda conn: inspection.in_flight_progress(self.context, conn, limit))
 
     def status(self, *, unclaimed_after: float = 60.0, empty_after: float = 60.0) -> Status:
         """A snapshot of the queue, read in one pass with the database's clock."""

@@ -22,6 +22,7 @@ from readyq.model import (
     JobInfo,
     JobProgress,
     JobState,
+    ProgressStats,
     ResourceStats,
     from_epoch,
 )
@@ -38,7 +39,10 @@ from readyq.reports import (
     OldestReady,
     Overview,
     RateUse,
+    RunningProgress,
+    SavedState,
     Status,
+    StepRecord,
     StuckJob,
     UnclaimedType,
     WorkerReport,
@@ -49,7 +53,7 @@ from readyq.reports import (
 from readyq.resources import decode as decode_uses
 from readyq.schema import MAX_ATTEMPTS_FROM_HANDLER
 from readyq.sql.jobs import empty_containers
-from readyq.sql.listing import instant, needs_clock, page_query
+from readyq.sql.listing import instant, needs_clock, page_query, progress_query
 from readyq.sql.ready import (
     active_containers,
     in_flight_by_group,
@@ -96,6 +100,113 @@ def progress_of(ctx: StoreContext, conn: Connection, job_id: int) -> JobProgress
                   c.c.progress_at).where(c.c.job_id == job_id)
     ).first()
     return progress_from_row(row)
+
+
+# The steps of one job that ``readyq show`` and the dashboard list (by name); beyond,
+# they are counted.
+STEP_ROWS = 100
+
+
+def memory_report(
+    ctx: StoreContext, conn: Connection, job_id: int
+) -> tuple[JobProgress | None, SavedState | None, list[StepRecord], int]:
+    """What a job's attempts kept, for the operator's views: its progress, its saved
+    state, its first ``STEP_ROWS`` steps by name (their results' sizes, not the results)
+    and the number of all its steps. Reads through the primary keys only."""
+    c, s = ctx.tables.checkpoints, ctx.tables.steps
+    row = conn.execute(
+        sa.select(c.c.state, c.c.state_attempt, c.c.saved_at, ctx.dialect.octets(c.c.state)
+                  .label("size"), c.c.progress_current, c.c.progress_total,
+                  c.c.progress_message, c.c.progress_at).where(c.c.job_id == job_id)
+    ).first()
+    saved = None
+    if row is not None and row.state is not None:
+        saved = SavedState(
+            value=decode_stored(row.state),
+            attempt=None if row.state_attempt is None else int(row.state_attempt),
+            saved_at=_float(row.saved_at), size=int(row.size or 0),
+        )
+    steps = [
+        StepRecord(name=r.name, attempt=int(r.attempt), stored_at=float(r.stored_at),
+                   size=int(r.size or 0))
+        for r in conn.execute(
+            sa.select(s.c.name, s.c.attempt, s.c.stored_at,
+                      ctx.dialect.octets(s.c.result).label("size"))
+            .where(s.c.job_id == job_id).order_by(s.c.name).limit(STEP_ROWS)
+        )
+    ]
+    count = len(steps)
+    if count == STEP_ROWS:
+        count = int(conn.execute(
+            sa.select(sa.func.count()).select_from(s).where(s.c.job_id == job_id)
+        ).scalar_one())
+    return progress_from_row(row), saved, steps, count
+
+
+def progress_of_page(ctx: StoreContext, conn: Connection, ids: Iterable[int]
+                     ) -> dict[int, JobProgress]:
+    """The progress of each of ``ids`` that reported any, by job id (see
+    :func:`readyq.sql.listing.progress_query`)."""
+    out: dict[int, JobProgress] = {}
+    for chunk in chunks(ids):
+        for r in conn.execute(progress_query(ctx.tables, chunk)):
+            p = progress_from_row(r)
+            if p is not None:
+                out[int(r.job_id)] = p
+    return out
+
+
+def _in_flight_with_progress(ctx: StoreContext) -> sa.Select[Any]:
+    """The jobs in flight (through their index) joined to their progress."""
+    j, c = ctx.tables.jobs, ctx.tables.checkpoints
+    return (
+        sa.select()
+        .select_from(j.join(c, c.c.job_id == j.c.id))
+        .where(state_in(ctx.tables, *IN_FLIGHT_STATES), c.c.progress_current.is_not(None))
+    )
+
+
+def in_flight_progress(ctx: StoreContext, conn: Connection, limit: int
+                       ) -> list[RunningProgress]:
+    """The first ``limit`` jobs in flight (by id) that reported progress."""
+    j, c = ctx.tables.jobs, ctx.tables.checkpoints
+    stmt = _in_flight_with_progress(ctx).add_columns(
+        j.c.id, j.c.type, j.c.state, j.c.lease_owner, c.c.progress_current,
+        c.c.progress_total, c.c.progress_message, c.c.progress_at,
+    ).order_by(j.c.id).limit(limit)
+    out = []
+    for r in conn.execute(stmt):
+        p = progress_from_row(r)
+        assert p is not None  # the query keeps only rows with progress
+        out.append(RunningProgress(int(r.id), r.type, r.state, r.lease_owner, p))
+    return out
+
+
+def progress_stats(ctx: StoreContext, conn: Connection) -> dict[str, ProgressStats]:
+    """Per job type: its jobs in flight that reported progress, those that gave a total,
+    and the mean fraction done of those. One grouped read of the jobs in flight (bounded
+    by the workers' caps) and their checkpoints."""
+    j, c = ctx.tables.jobs, ctx.tables.checkpoints
+    cur, tot = c.c.progress_current, c.c.progress_total
+    # current / total clamped to 0..1 (NULL without a total, which AVG leaves out), as
+    # JobProgress.fraction computes it.
+    fraction = sa.case(
+        (tot.is_(None), sa.null()),
+        (cur >= tot, sa.literal(1.0, sa.Double)),
+        (cur <= 0, sa.literal(0.0, sa.Double)),
+        else_=cur / tot,
+    )
+    stmt = _in_flight_with_progress(ctx).add_columns(
+        j.c.type, sa.func.count().label("n"), sa.func.count(tot).label("with_total"),
+        sa.func.avg(fraction).label("mean"),
+    ).group_by(j.c.type).order_by(j.c.type)
+    return {
+        r.type: ProgressStats(
+            type=r.type, reporting=int(r.n), with_total=int(r.with_total),
+            mean_fraction=None if r.mean is None else float(r.mean),
+        )
+        for r in conn.execute(stmt)
+    }
 
 
 def progress_from_row(row: Any) -> JobProgress | None:
@@ -602,6 +713,7 @@ def job_detail(ctx: StoreContext, conn: Connection, job_id: int) -> JobDetail:
             }
         )
     attempts = attempts_of(ctx, conn, job_id)
+    progress, saved, steps, step_count = memory_report(ctx, conn, job_id)
     return JobDetail(
         fields=fields,
         dependencies=deps,
@@ -612,6 +724,10 @@ def job_detail(ctx: StoreContext, conn: Connection, job_id: int) -> JobDetail:
         children=children,
         now=now,
         attempts=attempts,
+        progress=progress,
+        saved_state=saved,
+        steps=steps,
+        step_count=step_count,
     )
 
 
@@ -793,7 +909,7 @@ def list_jobs(
 ) -> JobPage:
     """One page of the jobs matching ``flt``: see ``Queue.jobs``. A keyset read by id
     after the cursor's id, ``limit + 1`` rows (the last one only tells whether another
-    page follows), and one read of the page's dependency edges."""
+    page follows), one read of the page's dependency edges and one of its progress."""
     t = ctx.tables
     after_id = None if cursor is None else decode_cursor(cursor, flt, order)
     now = float(conn.execute(sa.select(ctx.now)).scalar_one())
@@ -812,7 +928,11 @@ def list_jobs(
             .order_by(d.c.job_id, d.c.depends_on_id)
         ):
             deps[int(e.job_id)].append(int(e.depends_on_id))
-    jobs = [info_from_row(r, tuple(deps.get(int(r.id), ()))) for r in rows]
+    progress = progress_of_page(ctx, conn, (int(r.id) for r in rows))
+    jobs = [
+        info_from_row(r, tuple(deps.get(int(r.id), ())), progress.get(int(r.id)))
+        for r in rows
+    ]
     next_cursor = encode_cursor(flt, order, jobs[-1].id) if more and jobs else None
     return JobPage(
         jobs=jobs, next_cursor=next_cursor, order=order, limit=limit, filter=flt.to_json(),

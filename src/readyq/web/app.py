@@ -57,9 +57,17 @@ from readyq.listing import (
     check_limit,
     check_order,
 )
-from readyq.model import JobState
+from readyq.model import IN_FLIGHT_STATES, JobState
 from readyq.queue import Queue
-from readyq.reports import INSTANTS, iso, pause_json, pauses_of, resource_json
+from readyq.reports import (
+    INSTANTS,
+    iso,
+    number_text,
+    pause_json,
+    pauses_of,
+    progress_text,
+    resource_json,
+)
 from readyq.schema import MAX_ID
 from readyq.untrusted import one_line
 from readyq.web.live import Changes
@@ -101,6 +109,18 @@ class Forbidden(Exception):
 
 def _fmt_json(value: Any) -> str:
     return json.dumps(value, indent=2, ensure_ascii=False, sort_keys=True, default=str)
+
+
+# The saved state a job page shows, in characters of its indented JSON; the API has it all.
+STATE_CHARS = 2000
+
+
+def _short_pretty(value: Any, limit: int = STATE_CHARS) -> str:
+    """``value`` as indented JSON, cut to ``limit`` characters with how long it was."""
+    text = _fmt_json(value)
+    if len(text) <= limit:
+        return text
+    return text[:limit] + f"\n… ({len(text):,} characters; the JSON API has all of it)"
 
 
 def _ago(seconds: float | None) -> str:
@@ -242,6 +262,10 @@ class Dashboard:
         self.env.filters["ago"] = _ago
         self.env.filters["iso"] = iso
         self.env.filters["pretty"] = _fmt_json
+        self.env.filters["short_pretty"] = _short_pretty
+        self.env.filters["progress_text"] = progress_text
+        self.env.filters["number"] = number_text
+        self.env.globals["IN_FLIGHT"] = IN_FLIGHT_STATES
         self.env.globals["STATES"] = STATES
 
     async def call(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
