@@ -812,7 +812,7 @@ def check(
                             f"its dependency {dep} was done at {when:.6f}")
 
     # -- stored steps never run again by a later lease
-    stored_steps = step_reruns = 0
+    stored_steps = step_reruns = step_reused = 0
     if jobs is not None:
         for job, facts in sorted(jobs.items()):
             runs = [e for e in by_job.get(job, ()) if e.event == "step"]
@@ -830,6 +830,9 @@ def check(
                                 f"ran again under token {e.token} at {e.at:.6f}")
                     elif e.token is not None and e.token < token:
                         step_reruns += 1
+                # Later leases that started: each got the stored result back.
+                step_reused += sum(1 for e in by_job.get(job, ())
+                                   if e.event == "start" and (e.token or 0) > token)
 
     # -- the cap
     peak_leases, when_leases = _max_overlap(lease_intervals)
@@ -903,6 +906,7 @@ def check(
         steps_stored=stored_steps,
         # Runs of a step before the one that was stored (their result never was).
         step_runs_unstored=step_reruns,
+        steps_reused=step_reused,
         double_finalized=sum(
             1 for evs in by_job.values() if sum(1 for e in evs if _is_terminal_event(e)) > 1
         ),

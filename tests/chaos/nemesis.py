@@ -154,7 +154,8 @@ class Result:
             f"  -> clock-skewed workers ({', '.join(f'{x:+g}s' for x in self.config.skews if x)}"
             f"): {self.skewed[0]} processes started {self.skewed[1]} attempts",
             f"  -> steps: {f['steps_stored']} stored, {f['step_runs']} runs "
-            f"({f['step_runs_unstored']} before the stored one, under a lease that lost it)",
+            f"({f['step_runs_unstored']} before the stored one, under a lease that lost it); "
+            f"{f['steps_reused']} later leases got a stored result back",
             f"  -> peak leases {f['peak_leases']} / "
             f"running {f['peak_running']} (cap {self.config.cap}); end states {self.counts}",
             *(

@@ -412,7 +412,7 @@ def test_a_step_run_again_only_before_its_result_was_stored_passes() -> None:
     rep = check(h.events, facts((1, "done"), steps=(("side", 2),)), killed={"A"})
     assert rep.ok, rep.summary()
     assert (rep.figures["steps_stored"], rep.figures["step_runs"],
-            rep.figures["step_runs_unstored"]) == (1, 2, 1)
+            rep.figures["step_runs_unstored"], rep.figures["steps_reused"]) == (1, 2, 1, 0)
 
 
 def test_a_stored_step_run_again_by_a_later_lease_is_caught() -> None:
@@ -429,3 +429,12 @@ def test_a_stored_step_whose_run_is_not_in_the_history_is_caught() -> None:
     h.run(1, 1, "A")
     rep = check(h.events, facts((1, "done"), steps=(("side", 1),)))
     assert flagged(rep) == {"steps"}
+
+
+def test_a_later_lease_that_got_the_stored_step_back_is_counted() -> None:
+    h = H()
+    _stepped(h, 1, 1, "A").end(1, 1, "A").fin(1, 1, "A", "retry")
+    h.claim(1, 2, "B").start(1, 2, "B").end(1, 2, "B").fin(1, 2, "B")
+    rep = check(h.events, facts((1, "done"), steps=(("side", 1),)))
+    assert rep.ok, rep.summary()
+    assert rep.figures["steps_reused"] == 1
