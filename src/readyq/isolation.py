@@ -5,8 +5,11 @@ is) runs in a child process of a pool, while the worker keeps everything else: t
 lease, heartbeats, fencing, cancellation and every database write. The child gets the
 job over a pipe (its args as JSON), runs the handler and sends back the result as JSON,
 or the error with its traceback; ``job.heartbeat()`` in the child asks the worker, which
-answers with what it learned (lease lost, cancel asked). No database connection crosses
-into the child: it never opens one of readyq's.
+answers with what it learned (lease lost, cancel asked, graceful stop begun). The job's
+memory (``job.step``, ``job.state``, ``job.save_state``, ``job.progress``,
+``job.upstream_results``) is read and written by the worker for the child, each call a
+request across the pipe (see :mod:`readyq.memory_relay`); ``connection=`` is refused
+there. No database connection crosses into the child: it never opens one of readyq's.
 
 Children are forked by the worker's spawner (:mod:`readyq.spawner`), a fresh process
 that imports readyq and the handlers' modules and nothing else: a child never runs the
@@ -50,6 +53,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from readyq.errors import ConfigurationError
+from readyq.memory_relay import Answer, BadRequest, parse_request
 from readyq.spawner import Spawner, kill_tree
 
 # How often a waiting worker thread looks at its child's memory and at the job's flags,
@@ -147,9 +151,10 @@ class BadMessage(Exception):
     """A child's message that is not one readyq's child sends."""
 
 
-def parse_answer(data: bytes) -> dict[str, Any]:
+def parse_answer(data: bytes, max_payload_bytes: int) -> dict[str, Any]:
     """A child's message, checked: a JSON object with a string ``token`` and ``kind``
-    (``end`` or ``heartbeat``), an end's fields strings or null. Raises BadMessage."""
+    (``end``, ``heartbeat`` or ``memory``), an end's fields strings or null, a memory
+    request as :func:`readyq.memory_relay.parse_request` wants it. Raises BadMessage."""
     try:
         msg = json.loads(data)
     except (ValueError, UnicodeDecodeError) as exc:
@@ -157,9 +162,14 @@ def parse_answer(data: bytes) -> dict[str, Any]:
     if (
         not isinstance(msg, dict)
         or not isinstance(msg.get("token"), str)
-        or msg.get("kind") not in ("end", "heartbeat")
+        or msg.get("kind") not in ("end", "heartbeat", "memory")
     ):
         raise BadMessage("not an answer of a readyq child")
+    if msg["kind"] == "memory":
+        try:
+            return parse_request(msg, max_payload_bytes)
+        except BadRequest as exc:
+            raise BadMessage(str(exc)) from None
     if msg["kind"] == "end":
         for key in ("result_json", "error", "error_type"):
             if not isinstance(msg.get(key), (str, type(None))):
@@ -181,10 +191,13 @@ def child_main(conn: multiprocessing.connection.Connection) -> None:
     """A child's loop: run the jobs that arrive on ``conn`` until it closes.
 
     A reader thread owns the receiving side: it hands jobs to this thread, answers the
-    handler's heartbeats with the worker's replies and keeps the job's flags current. When
+    handler's heartbeats and memory requests with the worker's replies and keeps the
+    job's flags current. When
     the pipe closes (the worker is gone) it ends the process at once, whatever the
     handler is doing. Answers go back as JSON, with the job's token.
     """
+    from readyq.checkpoints import AttemptMemory
+    from readyq.memory_relay import PipeBackend
     from readyq.model import Flag, Job
     from readyq.payload import decode, encode
     from readyq.validation import dump_result, parse_args
@@ -192,7 +205,8 @@ def child_main(conn: multiprocessing.connection.Connection) -> None:
     jobs: list[JobRequest] = []
     arrived = threading.Condition()
     replies: list[bool] = []
-    flags = {"lost": Flag(), "cancelled": Flag()}
+    memory_replies: list[Answer] = []
+    flags = {"lost": Flag(), "cancelled": Flag(), "stopping": Flag()}
     send_lock = threading.Lock()
 
     def read() -> None:
@@ -205,6 +219,7 @@ def child_main(conn: multiprocessing.connection.Connection) -> None:
             if kind == "job":
                 with arrived:
                     flags["lost"], flags["cancelled"] = Flag(), Flag()
+                    flags["stopping"] = Flag()
                     jobs.append(msg[1])
                     arrived.notify()
             elif kind in ("status", "heartbeat"):
@@ -213,10 +228,16 @@ def child_main(conn: multiprocessing.connection.Connection) -> None:
                     flags["lost"].set()
                 if cancelled:
                     flags["cancelled"].set()
+                if kind == "status" and msg[3]:
+                    flags["stopping"].set()
                 if kind == "heartbeat":
                     with arrived:
                         replies.append(bool(msg[3]))
                         arrived.notify_all()
+            elif kind == "memory":
+                with arrived:
+                    memory_replies.append((msg[1], msg[2], msg[3]))
+                    arrived.notify_all()
 
     threading.Thread(target=read, name="readyq-child-reader", daemon=True).start()
 
@@ -239,19 +260,35 @@ def child_main(conn: multiprocessing.connection.Connection) -> None:
             raise LeaseLost(f"job {job.id} attempt {job.attempt} lost its lease")
         return extended
 
+    def ask(token: str, op: str, fields: dict[str, Any]) -> Answer:
+        # One request at a time (PipeBackend's lock): the next reply is this one's.
+        with arrived:
+            memory_replies.clear()
+            send(token, "memory", op=op, **fields)
+            while not memory_replies:
+                arrived.wait()
+            return memory_replies.pop()
+
+    def remember(req: JobRequest) -> Callable[[Job], AttemptMemory]:
+        def build(job: Job) -> AttemptMemory:
+            backend = PipeBackend(lambda op, fields: ask(req.token, op, fields))
+            return AttemptMemory(backend, job_id=job.id,
+                                 max_payload_bytes=req.max_payload_bytes, connections=False)
+        return build
+
     current = {"token": ""}
     while True:
         with arrived:
             while not jobs:
                 arrived.wait()
             req = jobs.pop(0)
-            lost, cancelled = flags["lost"], flags["cancelled"]
+            lost, cancelled, stopping = flags["lost"], flags["cancelled"], flags["stopping"]
         current["token"] = req.token
         job = Job(
             id=req.id, type=req.type, args=decode(req.args_json), attempt=req.attempt,
             max_attempts=req.max_attempts, group=req.group, parent_id=req.parent_id,
             lease_token=req.lease_token, worker_id=req.worker_id, _heartbeat=heartbeat,
-            _lost=lost, _cancelled=cancelled,
+            _lost=lost, _cancelled=cancelled, _remember=remember(req), _stopping=stopping,
         )
         try:
             if req.args_model is not None:
@@ -277,6 +314,9 @@ def child_main(conn: multiprocessing.connection.Connection) -> None:
                 error="".join(traceback.format_exception(type(exc), exc, exc.__traceback__)),
                 error_type=type(exc).__name__,
             )
+        # Its last progress is written before its end is recorded, as in a thread.
+        with contextlib.suppress(Exception):
+            job.settle()
         # A message JSON can carry whatever the handler's error holds.
         error = None if end.error is None else end.error.encode(
             "utf-8", "backslashreplace").decode("utf-8")
@@ -460,6 +500,12 @@ class Watch:
     # while there is none, else whether the lease was extended). Never blocks, so the
     # deadline is kept whatever the database does.
     ask_heartbeat: Callable[[], Callable[[], bool | None]]
+    # ``job.stopping``: whether the worker began a graceful stop.
+    stopping: Callable[[], bool] = field(default=lambda: False)
+    # Starts a checked memory request of the child (see readyq.memory_relay.start);
+    # returns the poll of its answer. Never blocks, as ask_heartbeat. None: the job has
+    # no memory here, and the child is told NotInAJob.
+    memory: Callable[[dict[str, Any]], Callable[[], Answer | None]] | None = None
 
 
 @dataclass(frozen=True)
@@ -479,6 +525,10 @@ def _crashed(pool: ChildPool, child: Child, how: str | None = None) -> RunResult
     return RunResult(crashed=how, healthy=False)
 
 
+def _no_memory() -> Answer:
+    return (None, "NotInAJob", "this job has no memory in its child process")
+
+
 def run_in_child(pool: ChildPool, req: JobRequest, watch: Watch) -> RunResult:
     """Run one job in a child of ``pool``; block this thread until it ends."""
     child = pool.acquire()
@@ -488,12 +538,13 @@ def run_in_child(pool: ChildPool, req: JobRequest, watch: Watch) -> RunResult:
     except OSError:
         return _crashed(pool, child)
     limit = req.max_payload_bytes * 2 + MESSAGE_SLACK
-    told = (False, False)
+    told = (False, False, False)
     next_memory_check = 0.0
     answer: Callable[[], bool | None] | None = None  # of the child's heartbeat
+    recall: Callable[[], Answer | None] | None = None  # of its memory request
     while True:
         now = time.monotonic()
-        interval = WATCH_INTERVAL if answer is None else ANSWER_POLL
+        interval = WATCH_INTERVAL if answer is None and recall is None else ANSWER_POLL
         wait = interval if watch.deadline is None else max(
             0.0, min(interval, watch.deadline - now))
         try:
@@ -504,7 +555,7 @@ def run_in_child(pool: ChildPool, req: JobRequest, watch: Watch) -> RunResult:
             return _crashed(pool, child, how and f"{how}: killed")
         if data is not None:
             try:
-                msg = parse_answer(data)
+                msg = parse_answer(data, req.max_payload_bytes)
             except BadMessage as exc:
                 child.kill(0.0)
                 return _crashed(pool, child, f"sent a message readyq does not accept ({exc})"
@@ -518,6 +569,13 @@ def run_in_child(pool: ChildPool, req: JobRequest, watch: Watch) -> RunResult:
                 return RunResult(end=ChildEnd(result_json=msg.get("result_json"),
                                               error=msg.get("error"),
                                               error_type=msg.get("error_type")))
+            if msg["kind"] == "memory":
+                if recall is not None:  # readyq's child waits for each answer
+                    child.kill(0.0)
+                    return _crashed(pool, child, "sent a memory request before the last "
+                                    "was answered: killed")
+                recall = (watch.memory(msg) if watch.memory is not None else _no_memory)
+                continue
             if answer is None:
                 answer = watch.ask_heartbeat()
             continue
@@ -539,13 +597,17 @@ def run_in_child(pool: ChildPool, req: JobRequest, watch: Watch) -> RunResult:
             child.kill(0.0 if reason == "lost" else pool.kill_grace)
             pool.release(child, healthy=False)
             return RunResult(killed=reason, healthy=False)
+        if recall is not None and (got := recall()) is not None:
+            recall = None
+            with contextlib.suppress(OSError):
+                child.conn.send(("memory", *got))
         if answer is not None and (extended := answer()) is not None:
             answer = None
-            told = (watch.lost(), watch.cancelled())
+            told = (watch.lost(), watch.cancelled(), told[2])
             with contextlib.suppress(OSError):
-                child.conn.send(("heartbeat", *told, extended))
+                child.conn.send(("heartbeat", *told[:2], extended))
             continue
-        state = (watch.lost(), watch.cancelled())
+        state = (watch.lost(), watch.cancelled(), watch.stopping())
         if state != told:  # what the worker learned at its heartbeats, for job.cancelled
             with contextlib.suppress(OSError):
                 child.conn.send(("status", *state))

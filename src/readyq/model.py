@@ -387,7 +387,9 @@ class Job:
         :class:`readyq.LeaseLost`. With ``connection`` (a SQLAlchemy Connection or Session
         on the queue's database) the write joins the caller's transaction, and commits
         or rolls back with it. Raises :class:`readyq.InvalidState` for a bad value or a
-        connection to another database."""
+        connection to another database, and for any ``connection`` in a handler with
+        ``isolation="process"`` (its child has no database connection: the worker
+        writes for it)."""
         self._mem().save_state(value, connection)
 
     async def asave_state(self, value: Any, *, connection: Any = None) -> None:

@@ -30,6 +30,7 @@ from readyq.errors import ConfigurationError, InvalidJob, InvalidJobResult, Leas
 from readyq.handlers import HandlerSpec
 from readyq.heartbeats import Heartbeats, start_thread
 from readyq.isolation import ChildPool, JobRequest, Watch, check_importable, run_in_child
+from readyq.memory_relay import start as start_memory
 from readyq.metrics import FINISHED_STATES, Observers
 from readyq.model import ClaimedJob, Flag, Job, LeaseFlag, job_log_fields
 from readyq.payload import decode, decode_stored, encode
@@ -940,9 +941,14 @@ class Worker:
 
     def _memory_of(self, job: Job) -> AttemptMemory:
         """The memory of ``job``'s attempt (built at its first use)."""
-        holder = Holder(job.id, job.attempt, self.worker_id, job.lease_token, self.lease_ttl)
-        return AttemptMemory(StoreBackend(self.store, holder), job_id=job.id,
+        return AttemptMemory(self._backend_of(job), job_id=job.id,
                              max_payload_bytes=self.max_payload_bytes)
+
+    def _backend_of(self, job: Job) -> StoreBackend:
+        """Where ``job``'s attempt reads and writes its memory: the store, fenced by its
+        lease."""
+        holder = Holder(job.id, job.attempt, self.worker_id, job.lease_token, self.lease_ttl)
+        return StoreBackend(self.store, holder)
 
     def _isolates(self, spec: HandlerSpec) -> bool:
         """Whether ``spec``'s handler runs in a child process: its own choice, else the
@@ -972,7 +978,7 @@ class Worker:
         lease is lost."""
         c, job, spec = entry.claimed, entry.job, entry.spec
         timeout = c.timeout if c.timeout is not None else spec.timeout
-
+        backend = self._backend_of(job)
         request = JobRequest(
             fn=spec.fn, is_async=spec.is_async, args_model=spec.args_model,
             result_model=spec.result_model, max_payload_bytes=self.max_payload_bytes,
@@ -987,6 +993,8 @@ class Worker:
             terminate_on_cancel=spec.on_cancel == "terminate",
             lost=entry.lost.is_set,
             ask_heartbeat=lambda: self.heartbeats.ask(entry),
+            stopping=entry.stopping.is_set,
+            memory=lambda msg: start_memory(backend, msg),
         )
         result = run_in_child(self._child_pool(), request, watch)
         duration = time.monotonic() - began

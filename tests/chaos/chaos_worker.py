@@ -13,6 +13,8 @@ Handlers:
     ``first_lease_ms`` under the job's first lease), stopping early once its lease is
     lost; raises on attempt 1 when ``fail_first`` is set, and on every attempt, with
     text no database stores as it is (NUL, a lone surrogate), when ``bad_text`` is.
+    With ``step`` set it first runs ``job.step("side", ...)``, whose function records a
+    ``step`` event (its side effect) and returns the lease token that ran it.
 ``slow``
     registered with ``timeout=1``: attempt 1 runs ``first_ms`` (past the timeout, so the
     attempt is ended by a sweep and its late result fenced out), later ones ``ms``.
@@ -158,11 +160,23 @@ def main(argv: list[str] | None = None) -> int:
             raise RuntimeError("attempt 1 fails on purpose")
         return {"w": wid, "a": job.attempt}
 
+    def side_effect(job: readyq.Job) -> None:
+        def run() -> dict[str, int]:
+            recorder.job("step", job, "side")
+            return {"token": job.lease_token}
+
+        # Whatever the step meets (a lost lease, a database gone), the handler goes on to
+        # record its end: the checker pairs every finalization with one.
+        with contextlib.suppress(Exception):
+            job.step("side", run)
+
     @queue.handler("chaos", retry_backoff=0.05, retry_backoff_max=0.5)
     def chaos(job: readyq.Job) -> dict[str, Any]:
         with active:
             recorder.job("start", job)
             opts = job.args or {}
+            if opts.get("step"):
+                side_effect(job)
             ms = opts.get("first_ms", opts.get("ms", 0)) if job.attempt == 1 else opts.get("ms", 0)
             if job.attempt > 1 and "retry_ms" in opts:
                 ms = opts["retry_ms"]

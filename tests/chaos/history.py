@@ -11,8 +11,9 @@ clock (the same expression readyq judges leases with), never a process's clock:
 * The worker processes record what their handlers and loops saw, each in a short
   transaction of its own (retried, and idempotent through a unique event key):
   ``start`` and ``end`` of a handler, ``lease_lost`` when the handler learned that its
-  lease was gone, and ``fenced`` when the worker was told that an outcome it reported
-  changed nothing.
+  lease was gone, ``fenced`` when the worker was told that an outcome it reported
+  changed nothing, and ``step`` when the function of a ``job.step`` ran (its side
+  effect, kind: the step's name), before its result is stored.
 
 :func:`read_history` turns the rows into :class:`Event` objects (transitions classified
 as ``claim``, ``run``, ``finalize``, ``reclaim``, ...), and :func:`check` proves or
@@ -54,6 +55,11 @@ refutes the invariants over them, offline:
     that each progress; an ``active`` container likewise, with unfinished dependencies or
     children that each progress. A waiting job whose dependencies are all done, or that
     waits for a failed one, and a container with nothing left to wait for, never move.
+``steps``
+    a step whose result was stored is never run again by a later attempt: no ``step``
+    event of a job's step carries a lease token above the one whose run was stored (the
+    stored result names it, ``{"token": T}``, from the steps table), and that run is in
+    the history. Runs under earlier leases (killed, fenced out) are allowed.
 
 This module is imported by the worker processes too, so it does not import pytest.
 """
@@ -75,7 +81,7 @@ import readyq
 from readyq.resources import decode as decode_uses
 
 TABLE = "chaos_history"
-WORKER_EVENTS = ("start", "end", "lease_lost", "fenced")
+WORKER_EVENTS = ("start", "end", "lease_lost", "fenced", "step")
 IN_FLIGHT = ("leased", "running")
 TERMINAL = ("done", "failed", "cancelled", "upstream_failed")
 BAD = TERMINAL[1:]
@@ -254,7 +260,8 @@ class Event:
     fail, cancel, retry or release), ``reclaim`` (kind retry, failed or cancelled; note
     says lease expired or timed out), ``unblocked``, ``upstream_failed``, ``cancel``,
     ``rollup`` (kind: the container's end state), ``illegal`` (a transition readyq
-    never makes), and the worker events ``start``, ``end``, ``lease_lost``, ``fenced``.
+    never makes), and the worker events ``start``, ``end``, ``lease_lost``, ``fenced``,
+    ``step`` (kind: the step's name).
     """
 
     seq: int
@@ -337,6 +344,9 @@ class JobFacts:
     lease_token: int = 0
     # The job's stored costs, as (resource, units) pairs: what its leases hold.
     uses: tuple[tuple[str, int], ...] = ()
+    # Its stored steps, as (name, lease token) pairs: the token the stored result names
+    # (None for a result that names none).
+    steps: tuple[tuple[str, int | None], ...] = ()
 
 
 def read_jobs(queue: readyq.Queue) -> dict[int, JobFacts]:
@@ -350,6 +360,12 @@ def read_jobs(queue: readyq.Queue) -> dict[int, JobFacts]:
             j.c.id, j.c.state, j.c.is_container, j.c.parent_id, j.c.max_attempts,
             j.c.attempts, j.c.lease_token, j.c.uses,
         )).all()
+        steps: dict[int, list[tuple[str, int | None]]] = defaultdict(list)
+        for job_id, name, result in conn.execute(
+                sa.select(t.steps.c.job_id, t.steps.c.name, t.steps.c.result)):
+            value = readyq.payload.decode(result)
+            token = value.get("token") if isinstance(value, dict) else None
+            steps[int(job_id)].append((name, None if token is None else int(token)))
     return {
         int(r.id): JobFacts(
             id=int(r.id), state=r.state, is_container=bool(r.is_container),
@@ -357,6 +373,7 @@ def read_jobs(queue: readyq.Queue) -> dict[int, JobFacts]:
             deps=tuple(sorted(deps.get(int(r.id), ()))), max_attempts=int(r.max_attempts),
             attempts=int(r.attempts), lease_token=int(r.lease_token),
             uses=tuple(sorted(decode_uses(r.uses).items())),
+            steps=tuple(sorted(steps.get(int(r.id), ()))),
         )
         for r in rows
     }
@@ -367,6 +384,7 @@ def read_jobs(queue: readyq.Queue) -> dict[int, JobFacts]:
 
 INVARIANTS = (
     "overlap", "finalize", "terminal", "duplicates", "deps", "cap", "resources", "progress",
+    "steps",
 )
 
 
@@ -793,6 +811,29 @@ def check(
                     rep.add("deps", f"job {job} {early[0].event} at {early[0].at:.6f}, before "
                             f"its dependency {dep} was done at {when:.6f}")
 
+    # -- stored steps never run again by a later lease
+    stored_steps = step_reruns = step_reused = 0
+    if jobs is not None:
+        for job, facts in sorted(jobs.items()):
+            runs = [e for e in by_job.get(job, ()) if e.event == "step"]
+            for name, token in facts.steps:
+                if token is None:
+                    continue
+                stored_steps += 1
+                mine = [e for e in runs if e.kind == name]
+                if not any(e.token == token for e in mine):
+                    rep.add("steps", f"job {job}: step {name!r} stored by token {token}, "
+                            "whose run is not in the history")
+                for e in mine:
+                    if e.token is not None and e.token > token:
+                        rep.add("steps", f"job {job}: step {name!r} stored by token {token} "
+                                f"ran again under token {e.token} at {e.at:.6f}")
+                    elif e.token is not None and e.token < token:
+                        step_reruns += 1
+                # Later leases that started: each got the stored result back.
+                step_reused += sum(1 for e in by_job.get(job, ())
+                                   if e.event == "start" and (e.token or 0) > token)
+
     # -- the cap
     peak_leases, when_leases = _max_overlap(lease_intervals)
     peak_runs, when_runs = _max_overlap(run_intervals)
@@ -861,6 +902,11 @@ def check(
         worst_reclaim_delay=max(reclaim_delays, default=0.0),
         lost=sum(1 for f in (jobs or {}).values() if f.state not in TERMINAL),
         never_progress=len(stuck),
+        step_runs=sum(1 for e in events if e.event == "step"),
+        steps_stored=stored_steps,
+        # Runs of a step before the one that was stored (their result never was).
+        step_runs_unstored=step_reruns,
+        steps_reused=step_reused,
         double_finalized=sum(
             1 for evs in by_job.values() if sum(1 for e in evs if _is_terminal_event(e)) > 1
         ),

@@ -153,6 +153,9 @@ class Result:
             f"a claim whose commit reply was lost); reclaims {f['reclaims']}",
             f"  -> clock-skewed workers ({', '.join(f'{x:+g}s' for x in self.config.skews if x)}"
             f"): {self.skewed[0]} processes started {self.skewed[1]} attempts",
+            f"  -> steps: {f['steps_stored']} stored, {f['step_runs']} runs "
+            f"({f['step_runs_unstored']} before the stored one, under a lease that lost it); "
+            f"{f['steps_reused']} later leases got a stored result back",
             f"  -> peak leases {f['peak_leases']} / "
             f"running {f['peak_running']} (cap {self.config.cap}); end states {self.counts}",
             *(
@@ -197,6 +200,8 @@ def workload(
             # A job run again after its lease was taken runs long enough for the stale
             # worker, once resumed, to report while its successor still holds the job.
             args["retry_ms"] = 600
+        if rnd.random() < 0.5:
+            args["step"] = True  # a job.step whose runs the checker follows
         args.update(extra)
         return args
 

@@ -75,6 +75,8 @@ def test_no_job_is_lost_or_run_twice_under_kills_freezes_and_lost_connections(
     assert f["duplicate_starts"] == sum(f["duplicates_explained"].values())
     assert f["fenced_observed"] >= f["stale_writers_must_report"]
     assert f["peak_leases"] <= cfg.cap
+    # Steps were stored, and none ran again under a later lease (the 'steps' invariant).
+    assert f["steps_stored"] > 0 and f["step_runs"] >= f["steps_stored"]
     # The resource was used, and never held past its capacity at any instant.
     for name, capacity in cfg.resources.items():
         assert 0 < f["peak_uses"][name] <= capacity, (name, f["peak_uses"])

@@ -398,3 +398,43 @@ def test_what_will_end_or_run_passes_the_progress_check() -> None:
     rep = check([], chain)
     assert len(rep.violations["progress"]) == 4998
     assert "its dependencies are all done" in rep.violations["progress"][0]
+
+
+def _stepped(h: H, job: int, token: int, worker: str) -> H:
+    return (h.claim(job, token, worker).start(job, token, worker)
+            .ev(job, "step", token=token, attempt=token, worker=worker, kind="side"))
+
+
+def test_a_step_run_again_only_before_its_result_was_stored_passes() -> None:
+    h = H()
+    _stepped(h, 1, 1, "A").reclaim(1, 1, "A")  # A killed after running the step
+    _stepped(h, 1, 2, "B").end(1, 2, "B").fin(1, 2, "B")
+    rep = check(h.events, facts((1, "done"), steps=(("side", 2),)), killed={"A"})
+    assert rep.ok, rep.summary()
+    assert (rep.figures["steps_stored"], rep.figures["step_runs"],
+            rep.figures["step_runs_unstored"], rep.figures["steps_reused"]) == (1, 2, 1, 0)
+
+
+def test_a_stored_step_run_again_by_a_later_lease_is_caught() -> None:
+    h = H()
+    _stepped(h, 1, 1, "A").reclaim(1, 1, "A")
+    _stepped(h, 1, 2, "B").end(1, 2, "B").fin(1, 2, "B")
+    rep = check(h.events, facts((1, "done"), steps=(("side", 1),)), killed={"A"})
+    assert flagged(rep) == {"steps"}
+    assert "ran again under token 2" in rep.violations["steps"][0]
+
+
+def test_a_stored_step_whose_run_is_not_in_the_history_is_caught() -> None:
+    h = H()
+    h.run(1, 1, "A")
+    rep = check(h.events, facts((1, "done"), steps=(("side", 1),)))
+    assert flagged(rep) == {"steps"}
+
+
+def test_a_later_lease_that_got_the_stored_step_back_is_counted() -> None:
+    h = H()
+    _stepped(h, 1, 1, "A").end(1, 1, "A").fin(1, 1, "A", "retry")
+    h.claim(1, 2, "B").start(1, 2, "B").end(1, 2, "B").fin(1, 2, "B")
+    rep = check(h.events, facts((1, "done"), steps=(("side", 1),)))
+    assert rep.ok, rep.summary()
+    assert rep.figures["steps_reused"] == 1

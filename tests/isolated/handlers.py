@@ -228,3 +228,59 @@ def overrun(job: readyq.Job) -> str:
     """Runs ``job.args["seconds"]``, whatever it is told (cancel, timeout)."""
     time.sleep(job.args["seconds"])
     return "overran"
+
+
+def _note(path: str, line: str) -> None:
+    with open(path, "a") as f:
+        f.write(line + "\n")
+
+
+def remembers(job: readyq.Job) -> dict[str, Any]:
+    """Job memory from a child: a setup step logged to ``log``, state counted up, progress;
+    attempt 1 fails after its first save."""
+    setup = job.step("setup", lambda: _note(job.args["log"], "setup") or {"n": 3})
+    start = job.state or 0
+    job.progress(start, 10, "going")
+    job.save_state(start + setup["n"])
+    if job.attempt == 1:
+        raise RuntimeError("fails after saving")
+    job.progress(9, 10, "almost")
+    return {"start": start, "state": job.state, "setup": setup,
+            "upstream": job.upstream_results(by="key")}
+
+
+def misuses_memory(job: readyq.Job) -> dict[str, str]:
+    """What a child's memory refuses, each error by its type's name."""
+    seen: dict[str, str] = {}
+    for what, call in (
+        ("connection", lambda: job.save_state(1, connection=object())),
+        ("name", lambda: job.step("", lambda: 1)),
+        ("state", lambda: job.save_state({1, 2})),
+        ("progress", lambda: job.progress(float("nan"))),
+        ("by", lambda: job.upstream_results(by="nope")),
+    ):
+        try:
+            call()
+        except readyq.ReadyqError as exc:
+            seen[what] = type(exc).__name__
+    job.step("once", lambda: 1)
+    try:
+        job.step("once", lambda: 2)
+    except readyq.ReadyqError as exc:
+        seen["twice"] = type(exc).__name__
+    return seen
+
+
+def until_stopping(job: readyq.Job) -> None:
+    """Writes its pid to ``pid_file``, then waits for ``job.stopping`` and saves how long
+    it waited."""
+    target = Path(job.args["pid_file"])
+    part = target.with_name(target.name + ".part")
+    part.write_text(f"{os.getpid()} {job.attempt}")
+    os.replace(part, target)
+    waited = 0
+    while not job.stopping and waited < 3000:
+        time.sleep(0.01)
+        waited += 1
+    job.save_state({"stopping": job.stopping})
+    raise RuntimeError("stopping: come back later")

@@ -14,6 +14,9 @@ The job's args drive the handler: ``sleep`` seconds to run (0 by default) and, f
 first attempt only, ``first_sleep``. Sleeping stops early once ``job.lease_lost``.
 Attempts up to ``fail_attempts`` (0 by default) then raise instead of returning.
 ``--mode check-lease`` also asks the database (``job.heartbeat()``) before returning.
+
+The handlers of ``memory_handlers.py`` are registered too, under their names, with
+``--isolation`` (``thread`` by default, or ``process``).
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ import time
 from typing import Any
 
 import harness
+import memory_handlers
 
 import readyq
 
@@ -87,6 +91,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--stats-file")
     p.add_argument("--worker-id")
     p.add_argument("--max-running", type=int)
+    p.add_argument("--isolation", choices=("thread", "process"), default="thread")
     p.add_argument("--resource", action="append", default=[], metavar="NAME=CAPACITY",
                    help="a resource this worker defines (the jobs carry their own uses)")
     return p.parse_args(argv)
@@ -136,6 +141,9 @@ def main(argv: list[str] | None = None) -> int:
             if job.attempt <= int(opts.get("fail_attempts", 0)):
                 raise RuntimeError(f"attempt {job.attempt} fails on purpose")
             return {"worker": worker_id, "attempt": job.attempt}
+
+    for name, fn in memory_handlers.HANDLERS.items():
+        queue.handler(name, isolation=args.isolation)(fn)
 
     logging.getLogger("readyq.worker").addHandler(FencedRecorder(engine, worker_id))
     worker = queue.worker(

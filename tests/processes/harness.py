@@ -349,6 +349,7 @@ class Workers:
         mode: str = "sleep",
         max_running: int | None = None,
         resources: Mapping[str, int] | None = None,
+        isolation: str = "thread",
     ) -> WorkerProcess:
         stats_file = self.directory / f"stats-{name}.json"
         log_file = self.directory / f"worker-{name}.log"
@@ -363,6 +364,7 @@ class Workers:
             "--mode", mode,
             "--stats-file", str(stats_file),
             "--worker-id", name,
+            "--isolation", isolation,
         ]
         if until_idle:
             cmd.append("--until-idle")
