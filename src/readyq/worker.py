@@ -993,7 +993,7 @@ class Worker:
             terminate_on_cancel=spec.on_cancel == "terminate",
             lost=entry.lost.is_set,
             ask_heartbeat=lambda: self.heartbeats.ask(entry),
-            stopping=entry.stopping.is_set,
+            stopping=self._stopping.is_set,
             memory=lambda msg: start_memory(backend, msg),
         )
         result = run_in_child(self._child_pool(), request, watch)
