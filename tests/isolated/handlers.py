@@ -146,6 +146,20 @@ def heartbeat_forever(job: readyq.Job) -> None:
         time.sleep(0.2)
 
 
+def save_state_forever(job: readyq.Job) -> None:
+    """Writes its pid to ``job.args["pid_file"]``, then saves its state every 0.2 s for
+    ever (each save a request the worker runs against the database)."""
+    path = Path(job.args["pid_file"])
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(str(os.getpid()))
+    tmp.rename(path)
+    i = 0
+    while True:
+        i += 1
+        job.save_state(i)
+        time.sleep(0.2)
+
+
 def parent_pid(job: readyq.Job) -> dict[str, Any]:
     """This child's parent: its pid and command line."""
     ppid = os.getppid()

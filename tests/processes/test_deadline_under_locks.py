@@ -1,10 +1,10 @@
 """An isolated job's timeout is kept whatever the database does.
 
-The child heartbeats all the time, and another session holds the job's row lock (on
-SQLite: the database's write lock) for much longer than the job's timeout, so every
-heartbeat and every write about the job waits. The worker's watch of the child never
-waits for the database: the child is stopped at its deadline (plus the SIGTERM grace),
-and the timeout is recorded once the lock is released.
+The child heartbeats (or saves its state) all the time, and another session holds the
+job's row lock (on SQLite: the database's write lock) for much longer than the job's
+timeout, so every heartbeat and every write about the job waits. The worker's watch
+of the child never waits for the database: the child is stopped at its deadline (plus
+the SIGTERM grace), and the timeout is recorded once the lock is released.
 """
 
 from __future__ import annotations
@@ -36,11 +36,12 @@ def alive(pid: int) -> bool:
         return False
 
 
+@pytest.mark.parametrize("handler", ["heartbeat_forever", "save_state_forever"])
 def test_the_hard_stop_at_the_timeout_happens_while_the_job_row_is_locked(
-    queue: readyq.Queue, dialect_name: str, tmp_path: Path
+    queue: readyq.Queue, dialect_name: str, tmp_path: Path, handler: str
 ) -> None:
     queue.handler("beat", timeout=TIMEOUT, max_attempts=1,
-                  isolation="process")(handlers.heartbeat_forever)
+                  isolation="process")(getattr(handlers, handler))
     pid_file = tmp_path / "pid"
     job_id = queue.enqueue("beat", {"pid_file": str(pid_file)})
     worker = queue.worker(concurrency=1, lease_ttl=30.0, heartbeat_interval=0.5,
