@@ -21,6 +21,8 @@ TABLES = (
     "pauses",
     "steps",
     "checkpoints",
+    "schedules",
+    "schedule_fires",
 )
 
 

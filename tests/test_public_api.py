@@ -26,6 +26,7 @@ def test_public_names_are_pinned() -> None:
         "InvalidRateLimit",
         "InvalidResource",
         "InvalidResourceUse",
+        "InvalidSchedule",
         "InvalidState",
         "InvalidStep",
         "InvalidTablePrefix",
@@ -51,6 +52,8 @@ def test_public_names_are_pinned() -> None:
         "ReadyqError",
         "Resource",
         "ResourceStats",
+        "ScheduleInfo",
+        "ScheduleNotFound",
         "SchemaNotFound",
         "StuckJob",
         "UnknownJobType",
@@ -67,7 +70,7 @@ def test_every_error_derives_from_the_one_base() -> None:
               "Closed", "Prefix", "Weight", "Parent", "Option", "Cycle", "Type", "JSON",
               "Large", "Database", "Job", "Args", "Result", "Key", "Filter", "Cursor",
               "Limit", "Closable", "Id", "Argument", "InvalidPause", "Step", "State",
-              "Progress", "AJob"))]
+              "Progress", "AJob", "Schedule"))]
     for err in errors:
         if isinstance(err, type) and issubclass(err, Exception):
             assert issubclass(err, readyq.ReadyqError), err

@@ -27,6 +27,7 @@ from readyq.errors import (
     InvalidRateLimit,
     InvalidResource,
     InvalidResourceUse,
+    InvalidSchedule,
     InvalidState,
     InvalidStep,
     InvalidTablePrefix,
@@ -40,13 +41,23 @@ from readyq.errors import (
     PayloadTooLarge,
     QueueClosed,
     ReadyqError,
+    ScheduleNotFound,
     SchemaNotFound,
     UnknownJobType,
     UnknownResource,
     UnsupportedDatabase,
 )
 from readyq.listing import JobFilter
-from readyq.model import Enqueued, Job, JobInfo, JobProgress, JobState, Pause, ResourceStats
+from readyq.model import (
+    Enqueued,
+    Job,
+    JobInfo,
+    JobProgress,
+    JobState,
+    Pause,
+    ResourceStats,
+    ScheduleInfo,
+)
 from readyq.queue import JobSpec, Queue
 from readyq.rate_limits import RateLimit
 from readyq.reports import AttemptRecord, BulkResult, JobPage, StuckJob
@@ -87,6 +98,7 @@ __all__ = [
     "InvalidRateLimit",
     "InvalidResource",
     "InvalidResourceUse",
+    "InvalidSchedule",
     "InvalidState",
     "InvalidStep",
     "InvalidTablePrefix",
@@ -112,6 +124,8 @@ __all__ = [
     "ReadyqError",
     "Resource",
     "ResourceStats",
+    "ScheduleInfo",
+    "ScheduleNotFound",
     "SchemaNotFound",
     "StuckJob",
     "UnknownJobType",

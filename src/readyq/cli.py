@@ -379,6 +379,11 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--group", default=None, help="the group to pause")
     p.add_argument("--type", default=None, help="the job type to pause")
     p.add_argument(
+        "--schedule", default=None, metavar="NAME",
+        help="pause a periodic schedule instead: its occurrences are skipped until resumed "
+        "(Queue.pause_schedule)",
+    )
+    p.add_argument(
         "--until", type=_duration_arg, default=None, metavar="DURATION",
         help="end the pause after this long (90, 30m, 1h30m); default: until resumed",
     )
@@ -391,6 +396,11 @@ def _parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--group", default=None, help="the paused group")
     p.add_argument("--type", default=None, help="the paused job type")
+    p.add_argument(
+        "--schedule", default=None, metavar="NAME",
+        help="resume a paused periodic schedule instead; it fires from its next "
+        "occurrence on (Queue.resume_schedule)",
+    )
 
     sub.add_parser(
         "pauses",
@@ -398,6 +408,21 @@ def _parser() -> argparse.ArgumentParser:
         help="the pauses in force (Queue.pauses)",
         description="Each pause in force: the group, the type, when it was made and "
         "when it ends (database clock).",
+    )
+
+    p = sub.add_parser(
+        "schedules",
+        parents=[common, as_json],
+        help="the periodic schedules: last and next fire times (Queue.schedules)",
+        description="Each stored schedule: the definition that stands, when it fired last "
+        "and fires next (UTC, database clock), whether it is paused, and a different "
+        "definition some worker's queue gave it (that worker fires nothing of it). A "
+        "schedule is stored by the first worker that fires it.",
+    )
+    p.add_argument(
+        "--forget", default=None, metavar="NAME",
+        help="remove NAME's stored definition and progress, so that the next worker "
+        "stores its own (Queue.forget_schedule); fired occurrences never fire again",
     )
 
     p = sub.add_parser(
@@ -1581,7 +1606,25 @@ def cmd_cancel(args: argparse.Namespace) -> int:
     return 0
 
 
+def _schedule_only(args: argparse.Namespace, *others: str) -> str | None:
+    """The --schedule of pause/resume, refused with the options of a job pause."""
+    if args.schedule is None:
+        return None
+    if any(getattr(args, o) is not None for o in others):
+        raise CLIError(f"--schedule takes no --{' or --'.join(others)}", code=2)
+    return str(args.schedule)
+
+
 def cmd_pause(args: argparse.Namespace) -> int:
+    schedule = _schedule_only(args, "group", "type", "until")
+    if schedule is not None:
+        queue = _open(args)
+        try:
+            queue.pause_schedule(schedule)
+        finally:
+            queue.close()
+        _say(f"schedule {schedule} paused")
+        return 0
     queue = _open(args)
     try:
         queue.pause(group=args.group, type=args.type, until=args.until)
@@ -1597,6 +1640,17 @@ def cmd_pause(args: argparse.Namespace) -> int:
 
 
 def cmd_resume(args: argparse.Namespace) -> int:
+    schedule = _schedule_only(args, "group", "type")
+    if schedule is not None:
+        queue = _open(args)
+        try:
+            was_paused = queue.resume_schedule(schedule)
+        finally:
+            queue.close()
+        if not was_paused:
+            raise CLIError(f"schedule {schedule} is not paused")
+        _say(f"schedule {schedule} resumed")
+        return 0
     queue = _open(args)
     try:
         resumed = queue.resume(group=args.group, type=args.type)
@@ -1605,6 +1659,52 @@ def cmd_resume(args: argparse.Namespace) -> int:
     if not resumed:
         raise CLIError("no such pause stands")
     _say("resumed")
+    return 0
+
+
+def cmd_schedules(args: argparse.Namespace) -> int:
+    from rich.table import Table
+
+    from readyq.reports import schedule_json
+
+    queue = _open(args)
+    try:
+        if args.forget is not None:
+            if not queue.forget_schedule(args.forget):
+                raise CLIError(f"no schedule named {args.forget!r} is stored")
+            _say(f"schedule {args.forget} forgotten")
+            return 0
+        schedules = queue.schedules()
+    finally:
+        queue.close()
+    if args.json:
+        _print_json([schedule_json(s) for s in schedules])
+        return 0
+    if not schedules:
+        _say("no schedules (a schedule is stored by the first worker that fires it)")
+        return 0
+    table = Table(title="Schedules", title_justify="left")
+    for col in ("schedule", "definition", "last fire (UTC)", "next fire (UTC)", "state"):
+        table.add_column(col)
+    for s in schedules:
+        last = "-" if s.last_fire is None else s.last_fire.strftime("%Y-%m-%d %H:%M:%S")
+        table.add_row(
+            _text(s.name), _text(s.definition), _text(last),
+            _text(s.next_fire.strftime("%Y-%m-%d %H:%M:%S")),
+            _text("paused", "yellow") if s.paused else _text("active"),
+        )
+    console = _console()
+    console.print(table)
+    for s in schedules:
+        if s.conflict is not None:
+            seen = "" if s.conflict_at is None else (
+                f" (seen {s.conflict_at.strftime('%Y-%m-%d %H:%M:%S')} UTC)"
+            )
+            console.print(_text(
+                f"schedule {s.name}: a worker defines it differently: {s.conflict}{seen}; "
+                "it fires nothing of it (readyq schedules --forget to let a new definition "
+                "stand)", "bold yellow",
+            ))
     return 0
 
 
@@ -2117,6 +2217,7 @@ COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "pause": cmd_pause,
     "resume": cmd_resume,
     "pauses": cmd_pauses,
+    "schedules": cmd_schedules,
     "close": cmd_close,
     "prune": cmd_prune,
     "top": cmd_top,

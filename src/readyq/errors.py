@@ -206,6 +206,17 @@ class InvalidPause(ReadyqError, ValueError):
     ``until`` (a naive or out-of-range datetime, a duration that is not positive)."""
 
 
+class InvalidSchedule(ConfigurationError):
+    """A periodic schedule is badly defined: a bad name, both or neither of ``cron`` and
+    ``every``, a cron expression that is not five valid fields, an unknown time zone, an
+    ``every`` that is not a positive whole number of seconds, an unknown ``catch_up``,
+    a ``job`` that is not callable, or a name defined twice on one queue."""
+
+
+class ScheduleNotFound(ReadyqError, LookupError):
+    """No schedule of that name is stored, and this queue does not define one."""
+
+
 class InvalidFilter(ReadyqError, ValueError):
     """A job listing or a bulk action was given a bad filter: an unknown state, a bad
     key or id, a time range that ends before it starts, a bad order or page size; or a

@@ -222,6 +222,33 @@ class Pause:
 
 
 @dataclass(frozen=True)
+class ScheduleInfo:
+    """A periodic schedule as stored: the definition that stands and its progress.
+
+    Attributes:
+        name: the schedule's name.
+        definition: the definition that stands, in words (the first queue to fire the
+            schedule wrote it; see :meth:`readyq.Queue.schedule`).
+        last_fire: the occurrence fired last (None: none yet).
+        next_fire: the next occurrence due.
+        paused: whether occurrences are skipped (see :meth:`readyq.Queue.pause_schedule`).
+        conflict: a different definition of the same name seen last, in words (None: no
+            worker defined it differently); that worker fires nothing of it.
+        conflict_at: when that definition was seen.
+        updated_at: when the row was last written.
+    """
+
+    name: str
+    definition: str
+    last_fire: datetime | None
+    next_fire: datetime
+    paused: bool
+    conflict: str | None
+    conflict_at: datetime | None
+    updated_at: datetime
+
+
+@dataclass(frozen=True)
 class ResourceStats:
     """One named resource, read with the database's clock.
 

@@ -33,9 +33,11 @@ from readyq.errors import (
     InvalidRateLimit,
     InvalidResource,
     InvalidResourceUse,
+    InvalidSchedule,
     InvalidUniqueKey,
     InvalidWeight,
     QueueClosed,
+    ScheduleNotFound,
     UnknownJobType,
 )
 from readyq.handlers import HandlerRegistry, HandlerSpec
@@ -50,15 +52,18 @@ from readyq.model import (
     Pause,
     ProgressStats,
     ResourceStats,
+    ScheduleInfo,
 )
 from readyq.payload import DEFAULT_MAX_PAYLOAD_BYTES, encode
 from readyq.planning.backoff import DEFAULT_RETRY_BASE, DEFAULT_RETRY_MAX
 from readyq.planning.caps import Limits
 from readyq.planning.dag import insertion_order
+from readyq.planning.schedules import DEFAULT_CATCH_UP
 from readyq.rate_limits import RateLimit
 from readyq.reports import AttemptRecord, JobPage, StuckJob
 from readyq.resources import Resource, check_uses, define
 from readyq.resources import encode as encode_uses
+from readyq.schedules import DEFAULT_TZ, JobFactory, Schedule, define_schedule
 from readyq.schema import (
     DEFAULT_PREFIX,
     MAX_ATTEMPTS,
@@ -309,6 +314,7 @@ class Queue:
         self._observers = Observers(observers)
         self._rate_limits: dict[str, RateLimit] = {}
         self._resources: dict[str, Resource] = {}
+        self._schedules: dict[str, Schedule] = {}
         self._closed = False
 
     # -- set-up ---------------------------------------------------------------------------
@@ -1088,6 +1094,106 @@ class Queue:
         self.check_open()
         return self.store.pauses()
 
+    # -- schedules ------------------------------------------------------------------------
+
+    def schedule(
+        self,
+        name: str,
+        *,
+        job: JobFactory,
+        cron: str | None = None,
+        every: timedelta | float | None = None,
+        tz: str = DEFAULT_TZ,
+        catch_up: str = DEFAULT_CATCH_UP,
+    ) -> None:
+        """Define a periodic schedule: every worker of this queue enqueues
+        ``job(fire_time)`` at each occurrence, exactly once across all workers and hosts.
+
+        Args:
+            name: the schedule's name (a key, as job types are), unique in the database.
+            job: called with each occurrence's fire time (an aware datetime in ``tz``);
+                returns a :class:`readyq.JobSpec`, or a list of them (a DAG, as for
+                :meth:`enqueue_many`). It runs inside the firing transaction: keep it
+                quick, and let it read nothing but its argument.
+            cron: a five-field cron expression (minute hour day month weekday),
+                evaluated in ``tz``, daylight-saving changes included (see
+                docs/schedules.md).
+            every: a fixed interval (a timedelta or seconds, a whole number of seconds
+                from 1 up), counted from the Unix epoch. Exactly one of ``cron`` and
+                ``every``.
+            tz: an IANA time zone name (``UTC`` by default).
+            catch_up: what a firing does with occurrences missed while no worker ran:
+                ``"latest"`` (the default) enqueues the newest one only, ``"all"``
+                enqueues each (at most 1,000 per firing: older ones are skipped), and
+                ``"none"`` enqueues only one at most a minute late.
+
+        Occurrences are computed on the database's clock. Nothing is written here: the
+        first worker to fire the schedule stores its definition, which then stands; a
+        worker whose queue defines the same name differently fires nothing of it and
+        reports the conflict (:meth:`schedules`). :meth:`forget_schedule` lets a new
+        definition take its place. Raises :class:`readyq.InvalidSchedule` for a bad
+        definition or a name this queue already defines.
+
+        Example::
+
+            queue.schedule(
+                "nightly-report", cron="0 3 * * *", tz="Europe/Berlin",
+                job=lambda at: readyq.JobSpec("report", {"day": at.date().isoformat()}),
+            )
+        """
+        self.check_open()
+        made = define_schedule(name, job=job, cron=cron, every=every, tz=tz, catch_up=catch_up)
+        if made.name in self._schedules:
+            raise InvalidSchedule(f"schedule {made.name!r} is already defined on this queue")
+        self._schedules[made.name] = made
+
+    def _schedule_name(self, name: Any) -> str:
+        problem = key_problem(name)
+        if problem is not None:
+            raise InvalidSchedule(f"schedule name {problem}: {name!r}")
+        return str(name)
+
+    def pause_schedule(self, name: str) -> None:
+        """Pause schedule ``name``: from the commit on, no worker enqueues its
+        occurrences; those that come due while it is paused are skipped. Raises
+        :class:`readyq.ScheduleNotFound` when it is neither stored nor defined here."""
+        self.check_open()
+        key = self._schedule_name(name)
+        defined = self._schedules.get(key)
+        found = self.store.pause_schedule(
+            key, True, None if defined is None else defined.timing
+        )
+        if found is None:
+            raise ScheduleNotFound(f"no schedule named {key!r}")
+
+    def resume_schedule(self, name: str) -> bool:
+        """Resume schedule ``name``; False if it was not paused. Occurrences that came
+        due while it was paused stay skipped; the next one from now on fires. Raises
+        :class:`readyq.ScheduleNotFound` when it is neither stored nor defined here."""
+        self.check_open()
+        key = self._schedule_name(name)
+        defined = self._schedules.get(key)
+        was = self.store.pause_schedule(
+            key, False, None if defined is None else defined.timing
+        )
+        if was is None:
+            raise ScheduleNotFound(f"no schedule named {key!r}")
+        return was
+
+    def forget_schedule(self, name: str) -> bool:
+        """Remove schedule ``name``'s stored definition and progress; False if none
+        was stored. The next worker to fire it stores its own queue's definition: the
+        way to change a definition. Occurrences already fired are never fired again."""
+        self.check_open()
+        return self.store.forget_schedule(self._schedule_name(name))
+
+    def schedules(self) -> list[ScheduleInfo]:
+        """The stored schedules (:class:`readyq.ScheduleInfo`), by name: the definition
+        that stands, the last and next fire times, paused, and a conflicting definition
+        some worker reported."""
+        self.check_open()
+        return self.store.schedules()
+
     def stuck(
         self, *, empty_after: float | timedelta = 60.0, limit: int = 100
     ) -> list[StuckJob]:
@@ -1225,6 +1331,8 @@ class Queue:
             default_max_attempts=self.default_max_attempts,
             resources=self._resources,
             spawner=self.spawn_of,
+            schedules=self._schedules,
+            batch_of=self.batch_of,
         )
 
     def run_worker(

@@ -17,6 +17,7 @@ from readyq.model import (
     JobState,
     Pause,
     ResourceStats,
+    ScheduleInfo,
 )
 
 STATE_ORDER = tuple(s.value for s in JobState)
@@ -206,6 +207,20 @@ def pause_json(p: Pause) -> dict[str, Any]:
         "group": p.group, "type": p.type,
         "until": None if p.until is None else p.until.isoformat(timespec="milliseconds"),
         "since": p.since.isoformat(timespec="milliseconds"),
+    }
+
+
+def _iso_dt(value: datetime | None) -> str | None:
+    return None if value is None else value.isoformat(timespec="seconds")
+
+
+def schedule_json(s: ScheduleInfo) -> dict[str, Any]:
+    """One stored schedule as JSON (instants in ISO 8601 UTC)."""
+    return {
+        "name": s.name, "definition": s.definition,
+        "last_fire": _iso_dt(s.last_fire), "next_fire": _iso_dt(s.next_fire),
+        "paused": s.paused, "conflict": s.conflict, "conflict_at": _iso_dt(s.conflict_at),
+        "updated_at": _iso_dt(s.updated_at),
     }
 
 

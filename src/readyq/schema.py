@@ -287,6 +287,8 @@ class Tables:
     pauses: sa.Table
     steps: sa.Table
     checkpoints: sa.Table
+    schedules: sa.Table
+    schedule_fires: sa.Table
     traits: TableTraits = TableTraits()
 
     @property
@@ -647,6 +649,34 @@ def build_tables(prefix: str = DEFAULT_PREFIX, traits: TableTraits = TableTraits
         sa.Column("progress_message", sa.Text, nullable=True),
         sa.Column("progress_at", Instant, nullable=True),
     )
+    # Periodic schedules (migration readyq_0017): one row per schedule name, with the
+    # definition that stands (its fingerprint, and in words), the occurrences fired last
+    # and next (epoch seconds, whole), and a definition that differed, seen last. A
+    # worker fires a schedule with this row locked, so two cannot fire it at once.
+    schedules = sa.Table(
+        f"{prefix}schedules",
+        md,
+        sa.Column("name", Key, primary_key=True),
+        sa.Column("fingerprint", sa.String(64), nullable=False),
+        sa.Column("definition", sa.Text, nullable=False),
+        sa.Column("last_fire_at", sa.BigInteger, nullable=True),
+        sa.Column("next_fire_at", sa.BigInteger, nullable=False),
+        sa.Column("paused", sa.Boolean, nullable=False),
+        sa.Column("conflict", sa.Text, nullable=True),
+        sa.Column("conflict_at", Instant, nullable=True),
+        sa.Column("updated_at", Instant, nullable=False),
+    )
+    # One row per occurrence fired, written in the transaction that enqueued its jobs:
+    # the primary key makes a second enqueue of one occurrence fail whatever happened to
+    # the schedule's row. ``job_id`` is the first job the occurrence enqueued.
+    schedule_fires = sa.Table(
+        f"{prefix}schedule_fires",
+        md,
+        sa.Column("name", Key, primary_key=True),
+        sa.Column("fire_at", sa.BigInteger, primary_key=True, autoincrement=False),
+        sa.Column("job_id", Id, nullable=True),
+        sa.Column("created_at", Instant, nullable=False),
+    )
     return Tables(
         metadata=md,
         jobs=jobs,
@@ -661,5 +691,7 @@ def build_tables(prefix: str = DEFAULT_PREFIX, traits: TableTraits = TableTraits
         pauses=pauses,
         steps=steps,
         checkpoints=checkpoints,
+        schedules=schedules,
+        schedule_fires=schedule_fires,
         traits=traits,
     )

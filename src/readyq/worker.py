@@ -27,6 +27,7 @@ from typing import Any
 from readyq.checkpoints import AttemptMemory, StoreBackend
 from readyq.config import WorkerOptions
 from readyq.errors import ConfigurationError, InvalidJob, InvalidJobResult, LeaseLost
+from readyq.firing import BatchBuilder, ScheduleFirer
 from readyq.handlers import HandlerSpec
 from readyq.heartbeats import Heartbeats, start_thread
 from readyq.isolation import ChildPool, JobRequest, Watch, check_importable, run_in_child
@@ -39,6 +40,7 @@ from readyq.planning.backoff import retry_delay
 from readyq.planning.caps import current_cap
 from readyq.rate_limits import RateLimit
 from readyq.resources import Resource
+from readyq.schedules import Schedule
 from readyq.schema import FALLBACK_MAX_ATTEMPTS
 from readyq.store import Applied, Outcome, OutcomeKind, Recorded, ResourceView, Store
 from readyq.store.memory import Holder
@@ -117,6 +119,8 @@ class WorkerStats:
     timed_out: int = 0
     db_errors: int = 0
     ticks: int = 0
+    # Schedule occurrences this worker enqueued (readyq.firing).
+    fired: int = 0
 
 
 @dataclass(frozen=True)
@@ -364,6 +368,8 @@ class Worker:
         default_max_attempts: int = FALLBACK_MAX_ATTEMPTS,
         resources: Mapping[str, Resource] | None = None,
         spawner: Callable[..., Spawn] | None = None,
+        schedules: Mapping[str, Schedule] | None = None,
+        batch_of: BatchBuilder | None = None,
     ) -> None:
         self.store = store
         # Checks and builds what a handler spawns (``Job.spawn``); None: cannot spawn.
@@ -406,6 +412,12 @@ class Worker:
         }
         self.handler_text = handler_texts(self.handler_uses)
         self.worker_id = options.worker_id or default_worker_id()
+        # Fires the queue's schedules from the loop (None: the queue defines none).
+        self.firer: ScheduleFirer | None = None
+        if schedules:
+            if batch_of is None:
+                raise ConfigurationError("a worker that fires schedules needs batch_of")
+            self.firer = ScheduleFirer(store, schedules, batch_of, self.worker_id)
         self.stats = WorkerStats()
         self._running: dict[int, RunningAttempt] = {}
         self._inbox = _Inbox()
@@ -771,7 +783,13 @@ class Worker:
                 inbox.wake.clear()
 
     def _wait_time(self) -> float:
-        return self.poll_interval
+        firer = self.firer
+        if firer is None:
+            return self.poll_interval
+        due = firer.next_due()
+        if due is None:
+            return self.poll_interval
+        return max(0.0, min(self.poll_interval, due - time.monotonic()))
 
     def run_once(self) -> TickResult:
         """One tick: heartbeat and reclaim if due, then record outcomes and claim.
@@ -795,6 +813,9 @@ class Worker:
             self.stats.timed_out += result.timed_out
             if reclaimed:
                 self.observers.emit("on_reclaimed", reclaimed)
+        if self.firer is not None and not self._stop.is_set():
+            # Before the claim, so that this tick may already claim what fired.
+            self.stats.fired += self.firer.run_once(now)
         outcomes: list[Outcome] = []
         while self._inbox.outcomes:
             outcomes.append(self._inbox.outcomes.popleft())

@@ -7,7 +7,8 @@
 * :mod:`~readyq.store.outcomes`: fenced starts, heartbeats and outcomes;
 * :mod:`~readyq.store.sweeps`: expired leases and passed deadlines;
 * :mod:`~readyq.store.control`: cancel, retry and prune;
-* :mod:`~readyq.store.inspection`: the reads behind status, show, dag and metrics.
+* :mod:`~readyq.store.inspection`: the reads behind status, show, dag and metrics;
+* :mod:`~readyq.store.schedules`: periodic schedules and their firings.
 
 Each unit is a function of a :class:`~readyq.store.context.StoreContext` and an open
 connection. The :class:`Store` connects on first use, picks the dialect, builds the
@@ -45,8 +46,10 @@ from readyq.model import (
     Pause,
     ProgressStats,
     ResourceStats,
+    ScheduleInfo,
     job_log_fields,
 )
+from readyq.planning.schedules import Timing
 from readyq.rate_limits import RateLimit
 from readyq.reports import (
     AttemptRecord,
@@ -74,6 +77,7 @@ from readyq.store import (
     outcomes,
     pauses,
     resource_claim,
+    schedules,
     sweeps,
 )
 from readyq.store.context import Clock, Hooks, StoreContext
@@ -641,6 +645,42 @@ class Store:
     def pauses(self) -> list[Pause]:
         """The pauses in force now."""
         return self.read(lambda conn: pauses.pauses(self.context, conn))
+
+    def fire_schedule(
+        self,
+        name: str,
+        timing: Timing,
+        build: Callable[[int], Sequence[BatchJob]],
+        *,
+        report_conflict: bool = True,
+    ) -> schedules.Firing:
+        """Fire schedule ``name`` if an occurrence is due (see
+        :func:`readyq.store.schedules.fire`): one transaction, run again after a
+        deadlock or a lost connection (a firing that committed moved the row on, so the
+        run again finds nothing due)."""
+        return self.write(
+            lambda conn: schedules.fire(
+                self.context, conn, name, timing, build, report_conflict=report_conflict
+            ),
+            what="fire schedule",
+        )
+
+    def pause_schedule(self, name: str, paused: bool, timing: Timing | None) -> bool | None:
+        """Pause or resume a schedule; see :func:`readyq.store.schedules.set_paused`."""
+        return self.write(
+            lambda conn: schedules.set_paused(self.context, conn, name, paused, timing),
+            what="pause schedule" if paused else "resume schedule",
+        )
+
+    def schedules(self) -> list[ScheduleInfo]:
+        """Every stored schedule, by name."""
+        return self.read(lambda conn: schedules.schedules(self.context, conn))
+
+    def forget_schedule(self, name: str) -> bool:
+        """Remove a schedule's row; see :func:`readyq.store.schedules.forget`."""
+        return self.write(
+            lambda conn: schedules.forget(self.context, conn, name), what="forget schedule"
+        )
 
     def cancel(self, job_id: int, by: str = "api") -> control.Cancelled | None:
         """Cancel a job; see ``Queue.cancel``. None when it had already ended, else what
