@@ -44,9 +44,11 @@ from readyq.errors import (
     ConfigurationError,
     InvalidFilter,
     InvalidPause,
+    InvalidSchedule,
     JobNotFound,
     NotCancellable,
     NotRetryable,
+    ScheduleNotFound,
 )
 from readyq.listing import (
     CANCEL_STATES,
@@ -67,6 +69,7 @@ from readyq.reports import (
     pauses_of,
     progress_text,
     resource_json,
+    schedule_json,
 )
 from readyq.schema import MAX_ID
 from readyq.untrusted import one_line
@@ -426,8 +429,24 @@ def create_app(
         ov = await d.call(store.overview, window=SERIES_WINDOW, buckets=SERIES_BUCKETS)
         resources = await d.call(q.resource_stats)
         pauses = await d.call(q.pauses)
+        schedules = await d.call(q.schedules)
         return {"ov": ov, "cap": d.cap, "resources": list(resources.values()),
-                "pauses": pauses}
+                "pauses": pauses, "schedules": schedules}
+
+    async def schedule_action(request: Request) -> str:
+        """Pause or resume the schedule the request's form names; the action done."""
+        action = request.path_params["action"]
+        if action not in ("pause", "resume"):
+            raise HTTPException(404)
+        form = await d.check_action(request, action)
+        name = form.get("name")
+        if not isinstance(name, str):
+            raise InvalidSchedule("the form names no schedule")
+        if action == "resume":
+            await d.call(q.resume_schedule, name)
+            return "resumed"
+        await d.call(q.pause_schedule, name)
+        return "paused"
 
     async def pause_action(request: Request) -> str:
         """Pause or resume as the request's form says; the action done."""
@@ -579,7 +598,21 @@ def create_app(
             )
         return RedirectResponse(f"{d.base(request)}/", status_code=303)
 
+    async def schedule_page_action(request: Request) -> Response:
+        await schedule_action(request)
+        return RedirectResponse(f"{d.base(request)}/", status_code=303)
+
     # -- the JSON API ------------------------------------------------------------------------
+
+    async def api_schedules(request: Request) -> Response:
+        await d.allow(request, "view")
+        schedules = await d.call(q.schedules)
+        return JSONResponse({"schedules": [schedule_json(s) for s in schedules]})
+
+    async def api_schedule_action(request: Request) -> Response:
+        did = await schedule_action(request)
+        schedules = await d.call(q.schedules)
+        return JSONResponse({"did": did, "schedules": [schedule_json(s) for s in schedules]})
 
     async def api_pauses(request: Request) -> Response:
         await d.allow(request, "view")
@@ -598,6 +631,7 @@ def create_app(
             **data["ov"].to_json(), "cap": data["cap"],
             "resources": [resource_json(r) for r in data["resources"]],
             "pauses": [pause_json(p) for p in data["pauses"]],
+            "schedules": [schedule_json(s) for s in data["schedules"]],
         })
 
     async def api_jobs(request: Request) -> Response:
@@ -726,6 +760,10 @@ def create_app(
         Route("/pauses/{action}", pause_page_action, methods=["POST"], name="pause_action"),
         Route("/api/pauses", api_pauses),
         Route("/api/pauses/{action}", api_pause_action, methods=["POST"]),
+        Route("/schedules/{action}", schedule_page_action, methods=["POST"],
+              name="schedule_action"),
+        Route("/api/schedules", api_schedules),
+        Route("/api/schedules/{action}", api_schedule_action, methods=["POST"]),
         Route("/api/overview", api_overview),
         Route("/api/jobs", api_jobs),
         Route("/api/jobs/{job_id:readyq_job_id}", api_job),
@@ -743,7 +781,9 @@ def create_app(
             Forbidden: on_forbidden,
             InvalidFilter: on_bad_filter,
             InvalidPause: on_bad_filter,
+            InvalidSchedule: on_bad_filter,
             JobNotFound: on_not_found,
+            ScheduleNotFound: on_not_found,
             AdminError: on_admin_error,
             HTTPException: on_http,
             Exception: on_error,
