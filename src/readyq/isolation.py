@@ -38,6 +38,7 @@ reused; one that is not readyq's at all fails the attempt and the child is kille
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import multiprocessing.connection
 import os
@@ -269,10 +270,9 @@ def child_main(conn: multiprocessing.connection.Connection) -> None:
                 arrived.wait()
             return memory_replies.pop()
 
-    def remember(req: JobRequest) -> Callable[[Job], AttemptMemory]:
+    def remember(pipe: PipeBackend, req: JobRequest) -> Callable[[Job], AttemptMemory]:
         def build(job: Job) -> AttemptMemory:
-            backend = PipeBackend(lambda op, fields: ask(req.token, op, fields))
-            return AttemptMemory(backend, job_id=job.id,
+            return AttemptMemory(pipe, job_id=job.id,
                                  max_payload_bytes=req.max_payload_bytes, connections=False)
         return build
 
@@ -284,11 +284,13 @@ def child_main(conn: multiprocessing.connection.Connection) -> None:
             req = jobs.pop(0)
             lost, cancelled, stopping = flags["lost"], flags["cancelled"], flags["stopping"]
         current["token"] = req.token
+        pipe = PipeBackend(functools.partial(ask, req.token))
         job = Job(
             id=req.id, type=req.type, args=decode(req.args_json), attempt=req.attempt,
             max_attempts=req.max_attempts, group=req.group, parent_id=req.parent_id,
             lease_token=req.lease_token, worker_id=req.worker_id, _heartbeat=heartbeat,
-            _lost=lost, _cancelled=cancelled, _remember=remember(req), _stopping=stopping,
+            _lost=lost, _cancelled=cancelled, _remember=remember(pipe, req),
+            _stopping=stopping, _stage=pipe.spawn,
         )
         try:
             if req.args_model is not None:

@@ -19,6 +19,10 @@ The operations and their fields (besides ``token`` and ``kind``):
   (text or null).
 * ``upstream``: ``include_children`` (a boolean); answered with ``[[id, key, result,
   state], ...]``.
+* ``spawn``: ``specs`` (``readyq.JobSpec`` fields as JSON, :func:`spec_to_wire`),
+  ``join`` (a boolean) and ``parent`` (a job id or null): checked and staged by the
+  worker's own ``Job.spawn``, so that bad specs raise in the handler and the jobs are
+  inserted with the attempt's ``done`` as in a thread.
 
 A child's write cannot join a transaction of its own: it has no connection to the
 database, so ``connection=`` is refused there with :class:`readyq.InvalidState`.
@@ -26,9 +30,11 @@ database, so ``connection=`` is refused there with :class:`readyq.InvalidState`.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import threading
 from collections.abc import Callable
+from datetime import datetime, timedelta
 from typing import Any
 
 from readyq import errors
@@ -42,7 +48,13 @@ OPS: dict[str, tuple[str, ...]] = {
     "store_step": ("name", "result"),
     "save_progress": ("current", "total", "message"),
     "upstream": ("include_children",),
+    "spawn": ("specs", "join", "parent"),
 }
+# The JobSpec fields a spawn request may carry.
+SPEC_FIELDS = frozenset({
+    "type", "args", "key", "group", "weight", "priority", "depends_on", "parent",
+    "run_after", "max_attempts", "timeout", "container", "unique_key", "uses",
+})
 # The worker's answer: (value, error type, error text); value is None after an error.
 Answer = tuple[Any, str | None, str | None]
 
@@ -72,6 +84,18 @@ def parse_request(msg: dict[str, Any], max_payload_bytes: int) -> dict[str, Any]
                 raise BadRequest("a progress message the child would have cut or replaced")
         elif op == "upstream" and not isinstance(msg["include_children"], bool):
             raise BadRequest("include_children is not a boolean")
+        elif op == "spawn":
+            if not isinstance(msg["join"], bool):
+                raise BadRequest("join is not a boolean")
+            parent = msg["parent"]
+            if parent is not None and (isinstance(parent, bool) or not isinstance(parent, int)):
+                raise BadRequest("parent is not a job id")
+            specs = msg["specs"]
+            if not isinstance(specs, list) or not all(
+                isinstance(s, dict) and "type" in s and set(s) <= SPEC_FIELDS for s in specs
+            ):
+                raise BadRequest("specs are not JobSpec fields")
+            msg = {**msg, "specs": [spec_from_wire(s) for s in specs]}
     except errors.ReadyqError as exc:
         raise BadRequest(str(exc)) from None
     return msg
@@ -88,9 +112,63 @@ def _json_text(value: object, max_bytes: int) -> None:
         raise BadRequest("a JSON value that is not JSON") from None
 
 
-def perform(backend: MemoryBackend, msg: dict[str, Any]) -> Any:
-    """Run a checked request against ``backend``; its answer's value (JSON-able)."""
+def spec_to_wire(spec: Any) -> dict[str, Any]:
+    """A JobSpec's fields as JSON: a datetime as ``{"datetime": ISO 8601}``, a timedelta
+    as ``{"timedelta": seconds}``; fields left at their default are left out."""
+    from readyq.queue import JobSpec
+
+    if not isinstance(spec, JobSpec):
+        raise errors.InvalidJobOption(f"spawn takes readyq.JobSpec items, not {spec!r}")
+    out: dict[str, Any] = {}
+    for f in dataclasses.fields(JobSpec):
+        value = getattr(spec, f.name)
+        if value == f.default and f.name != "type":
+            continue
+        if isinstance(value, datetime):
+            if value.tzinfo is None:
+                raise errors.InvalidJobOption(f"{f.name} must be an aware datetime")
+            value = {"datetime": value.isoformat()}
+        elif isinstance(value, timedelta):
+            value = {"timedelta": value.total_seconds()}
+        elif f.name in ("depends_on",):
+            value = list(value)
+        elif f.name == "uses" and value is not None:
+            value = dict(value)
+        out[f.name] = value
+    return out
+
+
+def spec_from_wire(fields: dict[str, Any]) -> Any:
+    """The JobSpec :func:`spec_to_wire` wrote (its values are checked by ``Job.spawn``).
+    Raises BadRequest for a datetime or timedelta that is not one."""
+    from readyq.queue import JobSpec
+
+    made: dict[str, Any] = {}
+    for name, value in fields.items():
+        if isinstance(value, dict) and name in ("run_after", "timeout"):
+            try:
+                if set(value) == {"datetime"} and name == "run_after":
+                    value = datetime.fromisoformat(value["datetime"])
+                elif set(value) == {"timedelta"}:
+                    value = timedelta(seconds=float(value["timedelta"]))
+                else:
+                    raise ValueError(value)
+            except (TypeError, ValueError, OverflowError):
+                raise BadRequest(f"{name} is neither a datetime nor a timedelta") from None
+        made[name] = value
+    return JobSpec(**made)
+
+
+def perform(backend: MemoryBackend, msg: dict[str, Any],
+            stage: Callable[..., None] | None = None) -> Any:
+    """Run a checked request against ``backend`` (a spawn with ``stage``, the worker's
+    ``Job.spawn``); its answer's value (JSON-able)."""
     op = msg["op"]
+    if op == "spawn":
+        if stage is None:
+            raise errors.InvalidJobOption("this job cannot spawn here")
+        stage(msg["specs"], join=msg["join"], parent=msg["parent"])
+        return None
     if op == "load":
         state, steps = backend.load()
         return [state, steps]
@@ -108,7 +186,8 @@ def perform(backend: MemoryBackend, msg: dict[str, Any]) -> Any:
     return None
 
 
-def start(backend: MemoryBackend, msg: dict[str, Any]) -> Callable[[], Answer | None]:
+def start(backend: MemoryBackend, msg: dict[str, Any],
+          stage: Callable[..., None] | None = None) -> Callable[[], Answer | None]:
     """Run a checked request on a thread of its own; returns what polls its answer (None
     while it runs). The caller's thread never waits for the database, so the worker's
     watch of the child keeps its deadline whatever the database does."""
@@ -116,7 +195,7 @@ def start(backend: MemoryBackend, msg: dict[str, Any]) -> Callable[[], Answer | 
 
     def run() -> None:
         try:
-            answer: Answer = (perform(backend, msg), None, None)
+            answer: Answer = (perform(backend, msg, stage), None, None)
         except Exception as exc:  # every failure goes back to the handler, as in a thread
             answer = (None, type(exc).__name__, str(exc))
         done.append(answer)
@@ -163,6 +242,10 @@ class PipeBackend:
     def save_progress(self, progress: Progress) -> None:
         self._call("save_progress", current=progress.current, total=progress.total,
                    message=progress.message)
+
+    def spawn(self, specs: Any, *, join: bool, parent: int | None) -> None:
+        """Stage a spawn in the worker (``Job.spawn`` of a child's job)."""
+        self._call("spawn", specs=[spec_to_wire(s) for s in specs], join=join, parent=parent)
 
     def upstream(self, include_children: bool) -> list[Upstream]:
         return [Upstream(int(i), key, result, state)

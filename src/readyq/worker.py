@@ -1015,14 +1015,14 @@ class Worker:
             lost=entry.lost.is_set,
             ask_heartbeat=lambda: self.heartbeats.ask(entry),
             stopping=self._stopping.is_set,
-            memory=lambda msg: start_memory(backend, msg),
+            memory=lambda msg: start_memory(backend, msg, job.spawn),
         )
         result = run_in_child(self._child_pool(), request, watch)
         duration = time.monotonic() - began
         if result.end is not None:
             if result.end.result_json is not None:
                 return Outcome(job=c, kind=OutcomeKind.DONE, result_json=result.end.result_json,
-                               duration=duration)
+                               duration=duration, spawns=job.staged_spawns())
             return error_outcome(c, job, spec, result.end.error or "", result.end.error_type
                                  or "Exception", duration=duration)
         if result.killed == "cancel":

@@ -78,3 +78,30 @@ def test_a_stopping_worker_tells_its_isolated_handler(
     t.join(30)
     assert not t.is_alive()
     assert _checkpoint(queue, job_id).state == '{"stopping":true}'
+
+
+def test_an_isolated_handler_spawns_through_the_worker(queue: readyq.Queue) -> None:
+    seen: list[str] = []
+    queue.handler("split", isolation="process", max_attempts=2, retry_backoff=0)(
+        handlers.spawner)
+    queue.handler("part")(lambda job: seen.append(f"part{job.args['i']}"))
+    queue.handler("merge")(lambda job: seen.append("merge"))
+    queue.handler("after")(lambda job: seen.append("after"))
+    split = queue.enqueue("split", {"n": 3})
+    after = queue.enqueue("after", {}, depends_on=[split])
+    queue.run_worker(until_idle=True, **FAST)
+    info = queue.get(split)
+    assert info.state is JobState.DONE, info.error
+    assert info.result == {"refused": ["InvalidJobOption"]}
+    j = queue.store.tables.jobs
+    with queue.engine.connect() as conn:
+        spawned = conn.execute(
+            sa.select(j.c.type, j.c.timeout, j.c.state).where(j.c.spawned_by == split)
+        ).all()
+    # The failed first attempt's spawn never landed; the second attempt's did, once.
+    assert sorted(r.type for r in spawned) == ["merge", "part", "part", "part"]
+    assert {r.timeout for r in spawned if r.type == "part"} == {300.0}
+    assert all(r.state == "done" for r in spawned)
+    # Joined: "after" waited for the spawned jobs as well as for the spawner.
+    assert seen[-1] == "after" and sorted(seen[:-1]) == ["merge", "part0", "part1", "part2"]
+    assert queue.get(after).state is JobState.DONE

@@ -298,3 +298,23 @@ def until_stopping(job: readyq.Job) -> None:
         waited += 1
     job.save_state({"stopping": job.stopping})
     raise RuntimeError("stopping: come back later")
+
+
+def spawner(job: readyq.Job) -> dict[str, Any]:
+    """Spawns ``n`` parts and a merge that depends on them (a datetime and a timedelta
+    among their fields), tries a bad spawn, then fails its first attempt."""
+    from datetime import datetime, timedelta, timezone
+
+    n = int(job.args["n"])
+    job.spawn([readyq.JobSpec("part", {"i": i}, key=f"p{i}", timeout=timedelta(minutes=5))
+               for i in range(n)]
+              + [readyq.JobSpec("merge", {}, depends_on=[f"p{i}" for i in range(n)],
+                                run_after=datetime(2000, 1, 1, tzinfo=timezone.utc))])
+    refused = []
+    try:
+        job.spawn([readyq.JobSpec("part", {}, key="x"), readyq.JobSpec("part", {}, key="x")])
+    except readyq.InvalidJobOption as exc:
+        refused.append(type(exc).__name__)
+    if job.attempt == 1:
+        raise RuntimeError("the first attempt fails after its spawn")
+    return {"refused": refused}

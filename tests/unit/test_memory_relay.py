@@ -63,3 +63,39 @@ def test_the_child_raises_the_workers_error_as_its_own_type() -> None:
     assert type(info.value) is readyq.ReadyqError
     with pytest.raises(readyq.ReadyqError, match="SystemExit"):
         raise_answer((None, "SystemExit", "x"))
+
+
+def test_a_spawn_request_round_trips_its_specs() -> None:
+    from datetime import datetime, timedelta, timezone
+
+    from readyq.memory_relay import spec_to_wire
+
+    specs = [
+        readyq.JobSpec("part", {"i": 1}, key="p", timeout=timedelta(seconds=90),
+                       uses={"gpu": 1}),
+        readyq.JobSpec("merge", depends_on=["p", 7], parent=3,
+                       run_after=datetime(2030, 1, 1, tzinfo=timezone.utc)),
+    ]
+    wire = [spec_to_wire(s) for s in specs]
+    msg = parse_answer(_msg(op="spawn", specs=wire, join=True, parent=None), 10_000)
+    assert msg["specs"] == specs
+    with pytest.raises(readyq.InvalidJobOption):
+        spec_to_wire(readyq.JobSpec("x", run_after=datetime(2030, 1, 1)))  # naive
+
+
+@pytest.mark.parametrize("fields", [
+    {"op": "spawn", "specs": [{"type": "x"}], "join": "yes", "parent": None},
+    {"op": "spawn", "specs": [{"type": "x"}], "join": True, "parent": True},
+    {"op": "spawn", "specs": [{"type": "x", "evil": 1}], "join": True, "parent": None},
+    {"op": "spawn", "specs": [{"args": {}}], "join": True, "parent": None},
+    {"op": "spawn", "specs": {"type": "x"}, "join": True, "parent": None},
+    {"op": "spawn", "specs": [{"type": "x", "run_after": {"datetime": "soon"}}],
+     "join": True, "parent": None},
+    {"op": "spawn", "specs": [{"type": "x", "timeout": {"code": "1"}}],
+     "join": True, "parent": None},
+])
+def test_a_spawn_request_that_readyqs_child_never_sends_is_refused(
+    fields: dict[str, Any]
+) -> None:
+    with pytest.raises(BadMessage):
+        parse_answer(_msg(**fields), 10_000)
