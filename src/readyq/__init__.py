@@ -53,12 +53,13 @@ from readyq.model import (
     Job,
     JobInfo,
     JobProgress,
+    JobSpec,
     JobState,
     Pause,
     ResourceStats,
     ScheduleInfo,
 )
-from readyq.queue import JobSpec, Queue
+from readyq.queue import Queue
 from readyq.rate_limits import RateLimit
 from readyq.reports import AttemptRecord, BulkResult, JobPage, StuckJob
 from readyq.resources import Resource

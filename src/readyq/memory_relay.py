@@ -39,6 +39,7 @@ from typing import Any
 
 from readyq import errors
 from readyq.checkpoints import MemoryBackend, check_progress, check_step_name
+from readyq.model import JobSpec
 from readyq.store.memory import Progress, Upstream
 
 # Each operation's fields, besides ``token``, ``kind`` and ``op``.
@@ -115,34 +116,31 @@ def _json_text(value: object, max_bytes: int) -> None:
 def spec_to_wire(spec: Any) -> dict[str, Any]:
     """A JobSpec's fields as JSON: a datetime as ``{"datetime": ISO 8601}``, a timedelta
     as ``{"timedelta": seconds}``; fields left at their default are left out."""
-    from readyq.queue import JobSpec
-
     if not isinstance(spec, JobSpec):
         raise errors.InvalidJobOption(f"spawn takes readyq.JobSpec items, not {spec!r}")
     out: dict[str, Any] = {}
-    for f in dataclasses.fields(JobSpec):
-        value = getattr(spec, f.name)
-        if value == f.default and f.name != "type":
+    for spec_field in dataclasses.fields(JobSpec):
+        key = spec_field.name
+        value = getattr(spec, key)
+        if value == spec_field.default and key != "type":
             continue
         if isinstance(value, datetime):
             if value.tzinfo is None:
-                raise errors.InvalidJobOption(f"{f.name} must be an aware datetime")
+                raise errors.InvalidJobOption(f"{key} must be an aware datetime")
             value = {"datetime": value.isoformat()}
         elif isinstance(value, timedelta):
             value = {"timedelta": value.total_seconds()}
-        elif f.name in ("depends_on",):
+        elif key == "depends_on":
             value = list(value)
-        elif f.name == "uses" and value is not None:
+        elif key == "uses" and value is not None:
             value = dict(value)
-        out[f.name] = value
+        out[key] = value
     return out
 
 
 def spec_from_wire(fields: dict[str, Any]) -> Any:
     """The JobSpec :func:`spec_to_wire` wrote (its values are checked by ``Job.spawn``).
     Raises BadRequest for a datetime or timedelta that is not one."""
-    from readyq.queue import JobSpec
-
     made: dict[str, Any] = {}
     for name, value in fields.items():
         if isinstance(value, dict) and name in ("run_after", "timeout"):

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from enum import Enum
 from time import monotonic
 from typing import Any, NamedTuple
@@ -80,6 +80,32 @@ def from_epoch(value: float | None) -> datetime | None:
     if value is None:
         return None
     return datetime.fromtimestamp(value, tz=timezone.utc)
+
+
+@dataclass(frozen=True)
+class JobSpec:
+    """One job of a batch for :meth:`Queue.enqueue_many`.
+
+    ``depends_on`` and ``parent`` take ids of existing jobs (ints) or the ``key`` of
+    another job of the same batch (strings), before or after it in the batch.
+    ``container=True`` makes a container (see :meth:`Queue.enqueue_container`).
+    ``unique_key`` deduplicates the job as in :meth:`Queue.enqueue` (not on containers).
+    """
+
+    type: str
+    args: Any = None
+    key: str | None = None
+    group: str = "default"
+    weight: int = 1
+    priority: int = 0
+    depends_on: Sequence[int | str] = ()
+    parent: int | str | None = None
+    run_after: datetime | timedelta | float | None = None
+    max_attempts: int | None = None
+    timeout: float | timedelta | None = None
+    container: bool = False
+    unique_key: str | None = None
+    uses: Mapping[str, int] | None = None
 
 
 @dataclass(frozen=True)

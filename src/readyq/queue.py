@@ -7,7 +7,6 @@ import numbers
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from typing import Any, NamedTuple, TypeVar
 
@@ -48,6 +47,7 @@ from readyq.model import (
     Enqueued,
     GroupStats,
     JobInfo,
+    JobSpec,
     JobState,
     Pause,
     ProgressStats,
@@ -87,32 +87,6 @@ MAX_PRIORITY = 1_000_000
 MAX_BATCH = 100_000
 
 F = TypeVar("F", bound=Callable[..., Any])
-
-
-@dataclass(frozen=True)
-class JobSpec:
-    """One job of a batch for :meth:`Queue.enqueue_many`.
-
-    ``depends_on`` and ``parent`` take ids of existing jobs (ints) or the ``key`` of
-    another job of the same batch (strings), before or after it in the batch.
-    ``container=True`` makes a container (see :meth:`Queue.enqueue_container`).
-    ``unique_key`` deduplicates the job as in :meth:`Queue.enqueue` (not on containers).
-    """
-
-    type: str
-    args: Any = None
-    key: str | None = None
-    group: str = "default"
-    weight: int = 1
-    priority: int = 0
-    depends_on: Sequence[int | str] = ()
-    parent: int | str | None = None
-    run_after: datetime | timedelta | float | None = None
-    max_attempts: int | None = None
-    timeout: float | timedelta | None = None
-    container: bool = False
-    unique_key: str | None = None
-    uses: Mapping[str, int] | None = None
 
 
 def _seconds(

@@ -23,7 +23,7 @@ from readyq.planning.schedules import CATCH_UP, DEFAULT_CATCH_UP, Timing
 from readyq.schema import MAX_SECONDS, key_problem
 
 if TYPE_CHECKING:
-    from readyq.queue import JobSpec
+    from readyq.model import JobSpec
 
 # What a schedule's ``job`` returns for an occurrence: one job, or a batch (a DAG) as
 # ``Queue.enqueue_many`` takes it.

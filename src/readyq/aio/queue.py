@@ -30,6 +30,7 @@ from readyq.model import (
     Enqueued,
     GroupStats,
     JobInfo,
+    JobSpec,
     JobState,
     Pause,
     ProgressStats,
@@ -42,7 +43,6 @@ from readyq.queue import (
     DEFAULT_GROUP,
     DEFAULT_MAX_ATTEMPTS,
     F,
-    JobSpec,
     Queue,
     queue_duration,
 )
