@@ -8,6 +8,7 @@ import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime, timedelta, timezone
+from types import MappingProxyType
 from typing import Any, NamedTuple, TypeVar
 
 import sqlalchemy as sa
@@ -1161,6 +1162,11 @@ class Queue:
         self.check_open()
         return self.store.forget_schedule(self._schedule_name(name))
 
+    @property
+    def defined_schedules(self) -> Mapping[str, Schedule]:
+        """The schedules this queue defines, by name (what its workers fire)."""
+        return MappingProxyType(self._schedules)
+
     def schedules(self) -> list[ScheduleInfo]:
         """The stored schedules (:class:`readyq.ScheduleInfo`), by name: the definition
         that stands, the last and next fire times, paused, and a conflicting definition
@@ -1305,7 +1311,7 @@ class Queue:
             default_max_attempts=self.default_max_attempts,
             resources=self._resources,
             spawner=self.spawn_of,
-            schedules=self._schedules,
+            schedules=self.defined_schedules,
             batch_of=self.batch_of,
         )
 

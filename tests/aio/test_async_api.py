@@ -400,3 +400,24 @@ def test_pause_and_resume(api: Api) -> None:
         "claim_jobs", owner="t", cap=10, limit=10, ttl=30.0, types=["x"]
     )
     assert [c.id for c in claimed] == [a]
+
+
+def test_a_schedule_fires_from_either_worker_and_pauses(api: Api) -> None:
+    @api.handler("tick")
+    def tick(job: readyq.Job) -> None:
+        return None
+
+    api.q.schedule("every-minute", every=60,
+                   job=lambda at: readyq.JobSpec("tick", {"at": int(at.timestamp())}))
+    api.run()  # the first firing stores the schedule's row; past occurrences do not fire
+    (info,) = api.call(api.q.schedules)
+    assert info.name == "every-minute" and not info.paused
+    api.store.clock_offset += 61.0  # the next occurrence is due
+    api.run()
+    assert api.counts() == {"done": 1}
+    api.call(api.q.pause_schedule, "every-minute")
+    assert api.call(api.q.schedules)[0].paused
+    api.store.clock_offset += 120.0
+    api.run()
+    assert api.counts() == {"done": 1}
+    assert api.call(api.q.resume_schedule, "every-minute") is True

@@ -35,10 +35,12 @@ from readyq.model import (
     Pause,
     ProgressStats,
     ResourceStats,
+    ScheduleInfo,
 )
 from readyq.payload import DEFAULT_MAX_PAYLOAD_BYTES
 from readyq.planning.backoff import DEFAULT_RETRY_BASE, DEFAULT_RETRY_MAX
 from readyq.planning.caps import Limits
+from readyq.planning.schedules import DEFAULT_CATCH_UP
 from readyq.queue import (
     DEFAULT_GROUP,
     DEFAULT_MAX_ATTEMPTS,
@@ -49,6 +51,7 @@ from readyq.queue import (
 from readyq.rate_limits import RateLimit
 from readyq.reports import AttemptRecord, JobPage, StuckJob
 from readyq.resources import Resource
+from readyq.schedules import DEFAULT_TZ, JobFactory
 from readyq.schema import DEFAULT_PREFIX
 from readyq.worker import WorkerStats
 
@@ -329,6 +332,35 @@ class AsyncQueue:
         """See :meth:`readyq.Queue.close_container`."""
         await greenlet_spawn(self._queue.close_container, job_id)
 
+    def schedule(
+        self,
+        name: str,
+        *,
+        job: JobFactory,
+        cron: str | None = None,
+        every: timedelta | float | None = None,
+        tz: str = DEFAULT_TZ,
+        catch_up: str = DEFAULT_CATCH_UP,
+    ) -> None:
+        """See :meth:`readyq.Queue.schedule` (a definition: nothing is written)."""
+        self._queue.schedule(name, job=job, cron=cron, every=every, tz=tz, catch_up=catch_up)
+
+    async def pause_schedule(self, name: str) -> None:
+        """See :meth:`readyq.Queue.pause_schedule`."""
+        await greenlet_spawn(self._queue.pause_schedule, name)
+
+    async def resume_schedule(self, name: str) -> bool:
+        """See :meth:`readyq.Queue.resume_schedule`."""
+        return await greenlet_spawn(self._queue.resume_schedule, name)
+
+    async def forget_schedule(self, name: str) -> bool:
+        """See :meth:`readyq.Queue.forget_schedule`."""
+        return await greenlet_spawn(self._queue.forget_schedule, name)
+
+    async def schedules(self) -> list[ScheduleInfo]:
+        """See :meth:`readyq.Queue.schedules`."""
+        return await greenlet_spawn(self._queue.schedules)
+
     async def pause(
         self,
         *,
@@ -419,6 +451,8 @@ class AsyncQueue:
             default_max_attempts=q.default_max_attempts,
             resources=q.resources,
             spawner=q.spawn_of,
+            schedules=q.defined_schedules,
+            batch_of=q.batch_of,
         )
 
     async def run_worker(
