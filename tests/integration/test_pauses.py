@@ -189,7 +189,10 @@ def test_a_reservation_held_by_a_paused_group_is_released(queue: readyq.Queue) -
         wait_for(lambda: reserved_ids(queue) == [big], "the big job's reservation")
         small = queue.enqueue("x", group="b")
         queue.pause(group="big")
-        assert reserved_ids(queue) == []
+        # The big job's reservation is released at once. (A claim between the small
+        # job's enqueue and the pause may have reserved the small job behind it: the
+        # next claim serves that one.)
+        assert big not in reserved_ids(queue)
         wait_for(lambda: small in started, "the small job's start, no longer held back")
         assert big not in started
         release.set()
