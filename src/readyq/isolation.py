@@ -539,7 +539,9 @@ def run_in_child(pool: ChildPool, req: JobRequest, watch: Watch) -> RunResult:
         child.conn.send(("job", req))
     except OSError:
         return _crashed(pool, child)
-    limit = req.max_payload_bytes * 2 + MESSAGE_SLACK
+    # A result, state or step result is JSON text inside a JSON message: escaped there,
+    # one UTF-8 byte of it can take up to three (é, two bytes, is sent as \u00e9).
+    limit = req.max_payload_bytes * 3 + MESSAGE_SLACK
     told = (False, False, False)
     next_memory_check = 0.0
     answer: Callable[[], bool | None] | None = None  # of the child's heartbeat

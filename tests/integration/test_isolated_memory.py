@@ -105,3 +105,14 @@ def test_an_isolated_handler_spawns_through_the_worker(queue: readyq.Queue) -> N
     # Joined: "after" waited for the spawned jobs as well as for the spawner.
     assert seen[-1] == "after" and sorted(seen[:-1]) == ["merge", "part0", "part1", "part2"]
     assert queue.get(after).state is JobState.DONE
+
+
+def test_a_state_near_the_payload_limit_crosses_the_pipe(queue: readyq.Queue) -> None:
+    # 2 bytes per character in the database, 6 in the message (\\u00e9).
+    n = (queue.max_payload_bytes - 10) // 2
+    queue.handler("big", isolation="process", max_attempts=1)(handlers.big_state)
+    job_id = queue.enqueue("big", {"n": n})
+    queue.run_worker(until_idle=True, **FAST)
+    info = queue.get(job_id)
+    assert info.state is JobState.DONE, info.error
+    assert info.result == n

@@ -318,3 +318,9 @@ def spawner(job: readyq.Job) -> dict[str, Any]:
     if job.attempt == 1:
         raise RuntimeError("the first attempt fails after its spawn")
     return {"refused": refused}
+
+
+def big_state(job: readyq.Job) -> int:
+    """Saves a state of ``n`` two-byte characters (each sent as six across the pipe)."""
+    job.save_state("é" * int(job.args["n"]))
+    return len(job.state)
