@@ -22,6 +22,7 @@ import sqlalchemy as sa
 
 import readyq
 from readyq.checkpoints import AttemptMemory, StoreBackend
+from readyq.claim_order import ClaimOrder
 from readyq.store.memory import Holder
 
 PG = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
@@ -39,7 +40,9 @@ def measure(queue: readyq.Queue, n: int) -> dict[str, float]:
     queue.create_schema()
     store = queue.store
     jid = queue.enqueue("b", {})
-    (c,) = store.claim_jobs(owner="bench", cap=1, limit=1, ttl=600.0, types=["b"])
+    (c,) = store.claim_jobs(ClaimOrder(
+        owner="bench", cap=1, limit=1, lease_ttl=600.0, types=["b"],
+    ))
     holder = Holder(jid, c.attempt, "bench", c.lease_token, 600.0)
     out: dict[str, float] = {}
     mem = AttemptMemory(StoreBackend(store, holder), job_id=jid, max_payload_bytes=1 << 20)

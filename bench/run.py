@@ -75,6 +75,7 @@ import peers
 
 import readyq
 from readyq import JobSpec
+from readyq.claim_order import ClaimOrder
 from readyq.resources import decode as decode_uses
 
 DEFAULT_PG = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
@@ -388,8 +389,9 @@ def operation_times(
         return out
 
     for _ in range(samples):
-        claimed = timed("claim", lambda: store.claim_jobs(
-            owner="bench", cap=10, limit=10, ttl=60.0, types=["noop"]))
+        claimed = timed("claim", lambda: store.claim_jobs(ClaimOrder(
+            owner="bench", cap=10, limit=10, lease_ttl=60.0, types=["noop"],
+        )))
         starts = [(c, None, True) for c in claimed]
         timed("start", lambda s=starts: store.start_jobs("bench", s))
         leases = [readyq.store.Lease(c.id, c.lease_token) for c in claimed]
@@ -398,8 +400,9 @@ def operation_times(
                  for c in claimed]
         timed("hand-back", lambda bs=backs: store.record_outcomes("bench", bs))
         timed("idle check", lambda: store.has_unfinished(["other"]))
-        claimed = timed("2-type claim", lambda: store.claim_jobs(
-            owner="bench", cap=10, limit=10, ttl=60.0, types=["noop", "other"]))
+        claimed = timed("2-type claim", lambda: store.claim_jobs(ClaimOrder(
+            owner="bench", cap=10, limit=10, lease_ttl=60.0, types=["noop", "other"],
+        )))
         store.start_jobs("bench", [(c, None, True) for c in claimed])
         release = readyq.store.OutcomeKind.RELEASE
         store.record_outcomes("bench", [readyq.store.Outcome(job=c, kind=release) for c in claimed])

@@ -25,6 +25,7 @@ import sqlalchemy as sa
 
 import readyq
 from readyq import JobSpec
+from readyq.claim_order import ClaimOrder
 from readyq.store import Outcome, OutcomeKind
 
 PG = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
@@ -56,7 +57,9 @@ def timed_spawn(queue: readyq.Queue, n: int) -> float:
     for spawning in (True, False):
         spawner = queue.enqueue("split", {})
         queue.enqueue("after", {}, depends_on=[spawner])
-        (c,) = store.claim_jobs(owner="bench", cap=1, limit=1, ttl=600.0, types=["split"])
+        (c,) = store.claim_jobs(ClaimOrder(
+            owner="bench", cap=1, limit=1, lease_ttl=600.0, types=["split"],
+        ))
         store.start_jobs("bench", [(c, None, True)])
         batch = specs(n)
         start = time.perf_counter()

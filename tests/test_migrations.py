@@ -13,6 +13,7 @@ import sqlalchemy as sa
 
 import readyq
 from readyq import admin
+from readyq.claim_order import ClaimOrder
 from readyq.migrations import HEAD_REVISION, include_name, version_location
 
 TABLES = (
@@ -555,9 +556,13 @@ def test_0014_adds_pauses_to_a_database_of_0013_and_goes_back(db: str) -> None:
     assert admin.migrate(db) == HEAD_REVISION
     with readyq.Queue(db) as queue:
         queue.pause(group="a")
-        assert queue.store.claim_jobs(owner="t", cap=5, limit=5, ttl=30.0, types=["x"]) == []
+        assert queue.store.claim_jobs(ClaimOrder(
+            owner="t", cap=5, limit=5, lease_ttl=30.0, types=["x"],
+        )) == []
         assert queue.resume(group="a")
-        claimed = queue.store.claim_jobs(owner="t", cap=5, limit=5, ttl=30.0, types=["x"])
+        claimed = queue.store.claim_jobs(ClaimOrder(
+            owner="t", cap=5, limit=5, lease_ttl=30.0, types=["x"],
+        ))
         assert [c.id for c in claimed] == [job]
     assert admin.downgrade(db, revision="readyq_0013") == "readyq_0013"
     engine = sa.create_engine(db)

@@ -25,6 +25,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from readyq.checkpoints import AttemptMemory, StoreBackend
+from readyq.claim_order import ClaimOrder, StartPolicy
 from readyq.config import WorkerOptions
 from readyq.errors import ConfigurationError, InvalidJob, InvalidJobResult, LeaseLost
 from readyq.firing import BatchBuilder, ScheduleFirer
@@ -39,12 +40,12 @@ from readyq.planning.attempts import Ended, attempt_end
 from readyq.planning.backoff import retry_delay
 from readyq.planning.caps import current_cap
 from readyq.rate_limits import RateLimit
-from readyq.resources import Resource
+from readyq.resources import Resource, handler_texts
 from readyq.schedules import Schedule
 from readyq.schema import FALLBACK_MAX_ATTEMPTS
 from readyq.store import Applied, Outcome, OutcomeKind, Recorded, ResourceView, Store
 from readyq.store.memory import Holder
-from readyq.store.records import TIMED_OUT, TIMEOUT, Spawn, handler_texts
+from readyq.store.records import TIMED_OUT, TIMEOUT, Spawn
 from readyq.tracing import attempt_span, mark_failed, spans_enabled
 from readyq.transient import BACKOFF_MAX, describe, is_transient, next_backoff, waited_out
 from readyq.untrusted import one_line
@@ -411,6 +412,16 @@ class Worker:
             t: dict(self.handlers[t].uses) for t in self.types if self.handlers[t].uses
         }
         self.handler_text = handler_texts(self.handler_uses)
+        # Per job type: its handler's timeout, timeout policy and attempts, applied at
+        # start to jobs enqueued without their own.
+        self.start_policies = {
+            t: StartPolicy(
+                self.handlers[t].timeout,
+                self.handlers[t].retry_on_timeout,
+                self.handlers[t].max_attempts or self.default_max_attempts,
+            )
+            for t in self.types
+        }
         self.worker_id = options.worker_id or default_worker_id()
         # Fires the queue's schedules from the loop (None: the queue defines none).
         self.firer: ScheduleFirer | None = None
@@ -496,13 +507,19 @@ class Worker:
         self.store.has_unfinished(self.types)
         self.store.reclaim_due()
         cap = current_cap(self.limits)
-        self.store.dry_run_cycle(
-            self.worker_id,
+        self.store.dry_run_cycle(self._claim_order(cap, self._local_cap(cap)))
+
+    def _claim_order(self, cap: int, limit: int) -> ClaimOrder:
+        """This tick's claim: ``cap`` is the global cap read now, ``limit`` the free slots
+        of this worker. Claimed jobs start at once (``start``): each is handed to its
+        handler in the same tick."""
+        return ClaimOrder(
+            owner=self.worker_id,
             cap=cap,
-            limit=self._local_cap(cap),
-            ttl=self.lease_ttl,
+            limit=limit,
+            lease_ttl=self.lease_ttl,
             types=self.types,
-            start=self._start_policies,
+            start=self.start_policies,
             rate_limits=self.rate_limits,
             resources=self._resource_view(),
         )
@@ -832,15 +849,7 @@ class Worker:
         lease_from = time.monotonic()
         try:
             applied, claimed = self.store.finish_and_claim(
-                self.worker_id,
-                outcomes,
-                cap=cap,
-                limit=free,
-                ttl=self.lease_ttl,
-                types=self.types,
-                start=self._start_policies,
-                rate_limits=self.rate_limits,
-                resources=self._resource_view(),
+                outcomes, self._claim_order(cap, free)
             )
         except BaseException as exc:
             if not outcomes or not self._is_refusal(exc):
@@ -864,19 +873,6 @@ class Worker:
         )
 
     # -- steps --------------------------------------------------------------------------
-
-    @property
-    def _start_policies(self) -> dict[str, tuple[float | None, bool, int]]:
-        """Per job type: the handler's timeout, timeout policy and attempts, applied at
-        start to jobs enqueued without their own."""
-        return {
-            t: (
-                self.handlers[t].timeout,
-                self.handlers[t].retry_on_timeout,
-                self.handlers[t].max_attempts or self.default_max_attempts,
-            )
-            for t in self.types
-        }
 
     def _launch(self, claimed: list[ClaimedJob], lease_until: float) -> None:
         self.stats.claimed += len(claimed)

@@ -19,6 +19,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 import readyq
 from async_support import Runner, async_engine
 from readyq import JobState
+from readyq.claim_order import ClaimOrder, StartPolicy
 from readyq.store import Outcome, OutcomeKind
 
 OPTIONS: dict[str, Any] = {
@@ -183,12 +184,13 @@ def test_a_stale_finish_is_fenced_out(api: Api) -> None:
         return None
 
     job_id = api.enqueue("t", {})
-    cycle = {"cap": 10, "limit": 10, "ttl": 5.0, "types": ["t"], "start": {"t": (None, True)}}
-    _, [first] = api.store_call("finish_and_claim", "worker-a", [], **cycle)
+    cycle = {"cap": 10, "limit": 10, "lease_ttl": 5.0, "types": ["t"],
+             "start": {"t": StartPolicy(None, True)}}
+    _, [first] = api.store_call("finish_and_claim", [], ClaimOrder(owner="worker-a", **cycle))
     api.store.clock_offset += 60  # worker-a's lease expires
     assert api.store_call("reclaim_expired").retried == 1
     api.store.clock_offset += 600  # past the retry backoff
-    _, [second] = api.store_call("finish_and_claim", "worker-b", [], **cycle)
+    _, [second] = api.store_call("finish_and_claim", [], ClaimOrder(owner="worker-b", **cycle))
     assert second.id == first.id == job_id and second.lease_token != first.lease_token
     stale = Outcome(job=first, kind=OutcomeKind.DONE, result_json='"stale"')
     assert api.store_call("record_outcomes", "worker-a", [stale]) == {
@@ -323,8 +325,8 @@ def test_async_claims_begin_immediate_on_aiosqlite(db: str, dialect_name: str) -
 
         sa.event.listen(api.engine.sync_engine, "connect", trace)
         api.runner.run(api.engine.dispose())  # type: ignore[union-attr]
-        claimed = api.store_call("claim_jobs", owner="tester", cap=10, limit=10, ttl=30.0,
-                                 types=None)
+        claimed = api.store_call("claim_jobs", ClaimOrder(
+            owner="tester", cap=10, limit=10, lease_ttl=30.0, types=None))
         assert len(claimed) == 1
         statements = [" ".join(s.split()).upper() for s in executed
                       if not s.upper().startswith("PRAGMA")]
@@ -349,8 +351,8 @@ def test_async_claims_run_at_read_committed_on_asyncmy(db: str, dialect_name: st
             seen.append(tuple(conn.exec_driver_sql("SELECT @@tx_isolation, @@autocommit").one()))
 
         api.store.on_claim_transaction = probe
-        claimed = api.store_call("claim_jobs", owner="tester", cap=10, limit=10, ttl=30.0,
-                                 types=None)
+        claimed = api.store_call("claim_jobs", ClaimOrder(
+            owner="tester", cap=10, limit=10, lease_ttl=30.0, types=None))
         assert len(claimed) == 1
         assert seen == [("READ-COMMITTED", 0)]
     finally:
@@ -389,7 +391,7 @@ def test_pause_and_resume(api: Api) -> None:
     (p,) = api.call(api.q.pauses)
     assert (p.group, p.type) == ("a", None) and p.until is not None
     claimed = api.store_call(
-        "claim_jobs", owner="t", cap=10, limit=10, ttl=30.0, types=["x"]
+        "claim_jobs", ClaimOrder(owner="t", cap=10, limit=10, lease_ttl=30.0, types=["x"])
     )
     assert [c.id for c in claimed] == [b]
     with pytest.raises(readyq.InvalidPause):
@@ -397,7 +399,7 @@ def test_pause_and_resume(api: Api) -> None:
     assert api.call(api.q.resume, group="a") is True
     assert api.call(api.q.pauses) == []
     claimed = api.store_call(
-        "claim_jobs", owner="t", cap=10, limit=10, ttl=30.0, types=["x"]
+        "claim_jobs", ClaimOrder(owner="t", cap=10, limit=10, lease_ttl=30.0, types=["x"])
     )
     assert [c.id for c in claimed] == [a]
 

@@ -13,6 +13,7 @@ import sqlalchemy as sa
 
 import readyq
 from async_support import Runner, async_engine
+from readyq.claim_order import ClaimOrder
 from readyq.store import Outcome, OutcomeKind
 
 
@@ -65,7 +66,9 @@ def test_async_idle_reads_answer_without_a_transaction_of_their_own(
         assert answers == [True, True, False]
 
         def claim_and_finish() -> None:
-            (job,) = store.claim_jobs(owner="w", cap=1, limit=1, ttl=30, types=["t"])
+            (job,) = store.claim_jobs(ClaimOrder(
+                owner="w", cap=1, limit=1, lease_ttl=30, types=["t"],
+            ))
             store.start_jobs("w", [(job, None, True)])
             store.record_outcomes("w", [Outcome(job=job, kind=OutcomeKind.RELEASE)])
 

@@ -15,6 +15,7 @@ import pytest
 import sqlalchemy as sa
 
 import readyq
+from readyq.claim_order import ClaimOrder, StartPolicy
 from readyq.store import NewJob, Outcome
 
 TTL = 30.0
@@ -84,8 +85,10 @@ def job(queue: readyq.Queue, job_id: int) -> Any:
 
 
 def claim_one(queue: readyq.Queue, owner: str) -> Any:
-    _, [claimed] = queue.store.finish_and_claim(owner, [], cap=10, limit=1, ttl=TTL, types=None,
-                                      start={"t": (None, True)})
+    _, [claimed] = queue.store.finish_and_claim([], ClaimOrder(
+        owner=owner, cap=10, limit=1, lease_ttl=TTL, types=None,
+        start={"t": StartPolicy(None, True)},
+    ))
     return claimed
 
 
@@ -198,8 +201,10 @@ def test_an_async_claim_whose_commit_reply_was_lost_hands_its_jobs_back(db: str)
         armed[0] = True
         try:
             _, claimed = await queue.run(
-                store.finish_and_claim, "W", [], cap=10, limit=1, ttl=TTL, types=None,
-                start={"t": (None, True)},
+                store.finish_and_claim, [], ClaimOrder(
+                    owner="W", cap=10, limit=1, lease_ttl=TTL, types=None,
+                    start={"t": StartPolicy(None, True)},
+                ),
             )
         finally:
             armed[0] = False

@@ -9,6 +9,7 @@ import sqlalchemy as sa
 from sqlalchemy.dialects import mysql, postgresql, sqlite
 
 import readyq
+from readyq.claim_order import ClaimOrder
 from readyq.dialects import ClaimRequest, MySQLDialect, PostgresDialect, SQLiteDialect
 from readyq.dialects.mysql import check_version
 from readyq.schema import build_tables
@@ -131,7 +132,9 @@ def test_mariadb_is_recognised_whatever_the_url_scheme(db: str, dialect_name: st
 
 
 def _claim_one(queue: readyq.Queue, limit: int = 10) -> list[readyq.model.ClaimedJob]:
-    return queue.store.claim_jobs(owner="tester", cap=100, limit=limit, ttl=30.0, types=None)
+    return queue.store.claim_jobs(ClaimOrder(
+        owner="tester", cap=100, limit=limit, lease_ttl=30.0, types=None,
+    ))
 
 
 @pytest.mark.parametrize("own_engine", [True, False])
@@ -211,8 +214,10 @@ def test_sqlite_claims_from_two_threads_serialize_without_errors(
     def claimer() -> None:
         try:
             while True:
-                batch = queue.store.claim_jobs(owner=threading.current_thread().name, cap=1000,
-                                           limit=3, ttl=30.0, types=None)
+                batch = queue.store.claim_jobs(ClaimOrder(
+                    owner=threading.current_thread().name, cap=1000, limit=3, lease_ttl=30.0,
+                    types=None,
+                ))
                 if not batch:
                     return
                 got.extend(c.id for c in batch)

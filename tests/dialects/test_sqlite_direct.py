@@ -17,6 +17,7 @@ import pytest
 import sqlalchemy as sa
 
 import readyq
+from readyq.claim_order import ClaimOrder
 from readyq.dialects import sqlite_direct as direct
 from readyq.dialects.base import Dialect
 from readyq.dialects.sqlite import SQLiteDialect
@@ -162,7 +163,7 @@ def test_a_callable_parameter_is_read_at_each_execution(queue: readyq.Queue) -> 
     moves the clock of a statement already planned."""
     queue.enqueue("a")
     store = queue.store
-    claimed = store.claim_jobs(owner="w", cap=1, limit=1, ttl=10.0, types=None)
+    claimed = store.claim_jobs(ClaimOrder(owner="w", cap=1, limit=1, lease_ttl=10.0, types=None))
     assert len(claimed) == 1
     assert store.reclaim_due() is False
     store.clock_offset = 60.0

@@ -19,6 +19,7 @@ import pytest
 import readyq
 from isolated import handlers
 from readyq import JobState
+from readyq.claim_order import ClaimOrder, StartPolicy
 from readyq.store import Outcome, OutcomeKind, Recorded
 
 FAST = {"poll_interval": 0.02, "lease_ttl": 10.0, "heartbeat_interval": 0.2}
@@ -102,10 +103,10 @@ def test_a_timeout_a_sweep_recorded_first_is_recorded_for_its_worker(
     job_id = queue.enqueue("t")
     worker = queue.worker(**FAST)
     store = queue.store
-    _, [claimed] = store.finish_and_claim(
-        worker.worker_id, [], cap=1, limit=1, ttl=10.0, types=["t"],
-        start={"t": (1.0, True, 3)},
-    )
+    _, [claimed] = store.finish_and_claim([], ClaimOrder(
+        owner=worker.worker_id, cap=1, limit=1, lease_ttl=10.0, types=["t"],
+        start={"t": StartPolicy(1.0, True, 3)},
+    ))
     store.clock_offset = 5.0  # past the deadline: the sweep ends the attempt
     assert store.reclaim_expired().timed_out == 1
     timeout = Outcome(job=claimed, kind=OutcomeKind.RETRY, delay=1.0, error_type="Timeout",

@@ -9,6 +9,7 @@ import sqlalchemy as sa
 
 import readyq
 from readyq import JobState, admin
+from readyq.claim_order import ClaimOrder
 
 
 def test_a_flaky_job_keeps_the_errors_of_its_failed_attempts(queue: readyq.Queue) -> None:
@@ -48,7 +49,9 @@ def test_the_sweep_records_a_lost_lease_and_prune_takes_the_history(
         return None
 
     job_id = queue.enqueue("t", max_attempts=1)
-    claimed = queue.store.claim_jobs(owner="gone", cap=1, limit=1, ttl=0.5, types=["t"])
+    claimed = queue.store.claim_jobs(ClaimOrder(
+        owner="gone", cap=1, limit=1, lease_ttl=0.5, types=["t"],
+    ))
     assert [c.id for c in claimed] == [job_id]
     queue.store.clock_offset = 5.0  # past the lease
     queue.store.reclaim_expired()

@@ -15,6 +15,7 @@ import pytest
 import sqlalchemy as sa
 
 import readyq
+from readyq.claim_order import ClaimOrder
 from readyq.dialects.base import PER_GROUP_PARAMS
 from readyq.store import NewJob
 
@@ -57,7 +58,9 @@ def test_a_group_whose_rows_are_locked_elsewhere_keeps_its_clock(
         # whole index for an IN list and keep every row it read locked.)
         for job_id in a[:locked]:
             holder.execute(sa.select(j.c.id).where(j.c.id == job_id).with_for_update()).one()
-        claimed = store.claim_jobs(owner="W", cap=10, limit=4, ttl=30.0, types=["t"])
+        claimed = store.claim_jobs(ClaimOrder(
+            owner="W", cap=10, limit=4, lease_ttl=30.0, types=["t"],
+        ))
     finally:
         holder.rollback()
         holder.close()
@@ -86,7 +89,9 @@ def test_claims_record_one_sequence_number_per_job(queue: readyq.Queue) -> None:
     seen: list[Any] = []
     for _ in range(3):
         (_, seq0), _ = progress(queue)
-        claimed = store.claim_jobs(owner="W", cap=20, limit=4, ttl=30.0, types=["t"])
+        claimed = store.claim_jobs(ClaimOrder(
+            owner="W", cap=20, limit=4, lease_ttl=30.0, types=["t"],
+        ))
         (_, seq), groups = progress(queue)
         assert seq == seq0 + len(claimed)
         seen.extend(claimed)
@@ -104,13 +109,15 @@ def test_progress_of_more_groups_than_one_statement_binds(queue: readyq.Queue) -
     assert len(keys) > PER_GROUP_PARAMS * 2
     for g in keys:
         enqueue(queue, g, 2)
-    first = store.claim_jobs(owner="W", cap=200, limit=40, ttl=30.0, types=["t"])
+    first = store.claim_jobs(ClaimOrder(owner="W", cap=200, limit=40, lease_ttl=30.0, types=["t"]))
     assert sorted(c.group for c in first) == keys  # one job of each group, equal weights
     (_, seq), groups = progress(queue)
     assert set(groups) == set(keys)
     assert seq == 40
     assert sorted(s for _, s in groups.values()) == list(range(1, 41))
-    second = store.claim_jobs(owner="W", cap=200, limit=40, ttl=30.0, types=["t"])
+    second = store.claim_jobs(ClaimOrder(
+        owner="W", cap=200, limit=40, lease_ttl=30.0, types=["t"],
+    ))
     assert sorted(c.group for c in second) == keys
     (_, seq), groups = progress(queue)
     assert seq == 80

@@ -14,6 +14,7 @@ import random
 import pytest
 
 import readyq
+from readyq.claim_order import ClaimOrder
 from readyq.sql.ready import MERGED_TYPES_MAX
 
 GROUPS = ("g1", "g2", "g3")
@@ -60,7 +61,9 @@ def test_a_worker_claims_the_heads_of_its_types_in_claim_order(
     claims = 0
     while True:
         limit = rng.randrange(1, 9)
-        claimed = queue.store.claim_jobs(owner="w", cap=1000, limit=limit, ttl=60, types=types)
+        claimed = queue.store.claim_jobs(ClaimOrder(
+            owner="w", cap=1000, limit=limit, lease_ttl=60, types=types,
+        ))
         if not claimed:
             break
         claims += 1

@@ -11,6 +11,7 @@ import pytest
 
 import readyq
 from readyq import JobState
+from readyq.claim_order import ClaimOrder
 
 WORKER_OPTIONS: dict[str, Any] = {
     "concurrency": 4,
@@ -99,8 +100,12 @@ def test_empty_container_is_never_dispatched(queue: readyq.Queue, timeline: Time
         tick = worker.run_once()
         assert tick.claimed == 0
     assert worker.running == 0
-    assert queue.store.claim_jobs(owner="probe", cap=10, limit=10, ttl=30, types=None) == []
-    assert queue.store.claim_jobs(owner="probe", cap=10, limit=10, ttl=30, types=["batch"]) == []
+    assert queue.store.claim_jobs(ClaimOrder(
+        owner="probe", cap=10, limit=10, lease_ttl=30, types=None,
+    )) == []
+    assert queue.store.claim_jobs(ClaimOrder(
+        owner="probe", cap=10, limit=10, lease_ttl=30, types=["batch"],
+    )) == []
     stats = run_bounded(queue)
 
     assert stats.claimed == 0

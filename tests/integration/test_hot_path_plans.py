@@ -27,9 +27,10 @@ import pytest
 import sqlalchemy as sa
 
 import readyq
+from readyq.claim_order import ClaimOrder
+from readyq.resources import ResourceView
 from readyq.schema import costed_index_name
 from readyq.store import Lease, Outcome, OutcomeKind
-from readyq.store.records import ResourceView
 
 GROUPS = ("a", "b", "c", "d")
 
@@ -121,7 +122,9 @@ def test_a_worker_tick_reads_jobs_through_indexes(
             time.sleep(0.01)
         # The store's other fenced writes: a start on its own, a heartbeat, a hand-back.
         store = queue.store
-        claimed = store.claim_jobs(owner="probe", cap=100, limit=4, ttl=30, types=["t"])
+        claimed = store.claim_jobs(ClaimOrder(
+            owner="probe", cap=100, limit=4, lease_ttl=30, types=["t"],
+        ))
         assert claimed
         assert store.start_jobs("probe", [(c, None, True) for c in claimed])
         store.heartbeat("probe", [Lease(c.id, c.lease_token) for c in claimed], 30)
@@ -226,7 +229,9 @@ def finish_reads(queue: readyq.Queue, dialect: str) -> int:
     finish as a worker records it, then that same statement again under the database's
     own accounting (shared buffers on PostgreSQL, handler reads on MySQL)."""
     store = queue.store
-    claimed = store.claim_jobs(owner="w", cap=1000, limit=100, ttl=30, types=["t"])
+    claimed = store.claim_jobs(ClaimOrder(
+        owner="w", cap=1000, limit=100, lease_ttl=30, types=["t"],
+    ))
     assert len(claimed) == 100
     assert store.start_jobs("w", [(c, None, True) for c in claimed])
     captured: list[tuple[str, Any]] = []
@@ -319,8 +324,10 @@ def claim_reads(
 
     sa.event.listen(queue.engine, "before_cursor_execute", record)
     try:
-        claimed = queue.store.claim_jobs(owner="w", cap=400, limit=limit, ttl=30,
-                                     types=types or ["t"], resources=resources)
+        claimed = queue.store.claim_jobs(ClaimOrder(
+            owner="w", cap=400, limit=limit, lease_ttl=30, types=types or ["t"],
+            resources=resources,
+        ))
     finally:
         sa.event.remove(queue.engine, "before_cursor_execute", record)
     assert len(claimed) == limit
@@ -598,8 +605,9 @@ def probe_uses_the_costed_index(queue: readyq.Queue, dialect_name: str) -> None:
     view = ResourceView({"gpu": 100}, {"t": {"gpu": 1}})
     sa.event.listen(queue.engine, "before_cursor_execute", record)
     try:
-        claimed = queue.store.claim_jobs(owner="w", cap=8, limit=8, ttl=30, types=["t"],
-                                         resources=view)
+        claimed = queue.store.claim_jobs(ClaimOrder(
+            owner="w", cap=8, limit=8, lease_ttl=30, types=["t"], resources=view,
+        ))
     finally:
         sa.event.remove(queue.engine, "before_cursor_execute", record)
     assert len(claimed) == 8

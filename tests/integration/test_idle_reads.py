@@ -11,6 +11,7 @@ from typing import Any
 import sqlalchemy as sa
 
 import readyq
+from readyq.claim_order import ClaimOrder
 from readyq.store import Outcome, OutcomeKind
 
 
@@ -55,7 +56,7 @@ def test_an_idle_ticks_reads_answer_without_a_transaction_of_their_own(
     # The pooled connection comes back transactional: a claim and its finish still run
     # in one transaction each.
     def claim_and_finish() -> None:
-        (job,) = store.claim_jobs(owner="w", cap=1, limit=1, ttl=30, types=["t"])
+        (job,) = store.claim_jobs(ClaimOrder(owner="w", cap=1, limit=1, lease_ttl=30, types=["t"]))
         store.start_jobs("w", [(job, None, True)])
         store.record_outcomes("w", [Outcome(job=job, kind=OutcomeKind.RELEASE)])
 

@@ -13,6 +13,7 @@ import sqlalchemy as sa
 
 import readyq
 from readyq import JobSpec, JobState, admin
+from readyq.claim_order import ClaimOrder
 from readyq.store import memory
 from readyq_test_support import run_until_idle
 
@@ -184,13 +185,13 @@ def test_an_attempt_that_lost_its_lease_cannot_overwrite_a_newer_one(
 ) -> None:
     store = queue.store
     jid = queue.enqueue("z", {}, max_attempts=3)
-    (a,) = store.claim_jobs(owner="A", cap=5, limit=1, ttl=30.0, types=["z"])
+    (a,) = store.claim_jobs(ClaimOrder(owner="A", cap=5, limit=1, lease_ttl=30.0, types=["z"]))
     old = memory.Holder(jid, a.attempt, "A", a.lease_token, 30.0)
     store.save_state(old, '"from A"')
     store.clock_offset += 100.0  # A's lease runs out; the sweep takes it
     store.reclaim_expired()
     store.clock_offset += 100.0  # past the retry's backoff
-    (b,) = store.claim_jobs(owner="B", cap=5, limit=1, ttl=30.0, types=["z"])
+    (b,) = store.claim_jobs(ClaimOrder(owner="B", cap=5, limit=1, lease_ttl=30.0, types=["z"]))
     new = memory.Holder(jid, b.attempt, "B", b.lease_token, 30.0)
     store.save_state(new, '"from B"')
     for write in (

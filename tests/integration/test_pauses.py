@@ -17,13 +17,14 @@ import sqlalchemy as sa
 
 import readyq
 from readyq import JobState
+from readyq.claim_order import ClaimOrder
 from readyq_test_support import wait_for
 
 
 def claim(queue: readyq.Queue, *, cap: int = 100, types: list[str] | None = None) -> list:
-    return queue.store.claim_jobs(
-        owner="test", cap=cap, limit=cap, ttl=60.0, types=types or ["x", "y"]
-    )
+    return queue.store.claim_jobs(ClaimOrder(
+        owner="test", cap=cap, limit=cap, lease_ttl=60.0, types=types or ["x", "y"],
+    ))
 
 
 def gate_pauses(queue: readyq.Queue) -> int:
@@ -58,7 +59,9 @@ def test_a_paused_type_and_a_paused_type_in_one_group(queue: readyq.Queue) -> No
     queue.pause(group="a", type="x")
     assert [c.id for c in claim(queue)] == [bx]
     # A claim of every type leaves them alone too.
-    assert queue.store.claim_jobs(owner="t", cap=10, limit=10, ttl=60.0, types=None) == []
+    assert queue.store.claim_jobs(ClaimOrder(
+        owner="t", cap=10, limit=10, lease_ttl=60.0, types=None,
+    )) == []
     listed = {(p.group, p.type) for p in queue.pauses()}
     assert listed == {(None, "y"), ("a", "x")}
     queue.resume(type="y")

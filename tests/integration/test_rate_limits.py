@@ -13,6 +13,7 @@ from datetime import timedelta
 import pytest
 
 import readyq
+from readyq.claim_order import ClaimOrder
 from readyq.store import NewJob
 
 LIMIT, PER = 5, 1.0
@@ -97,8 +98,10 @@ def test_the_budget_follows_the_database_clock_and_the_definition(queue: readyq.
     store.enqueue(NewJob(type="other", args_json="{}"))
 
     def claim(limit: readyq.RateLimit, n: int = 20) -> list[str]:
-        got = store.claim_jobs(owner="w", cap=100, limit=n, ttl=30, types=["call", "other"],
-                          rate_limits={"call": limit})
+        got = store.claim_jobs(ClaimOrder(
+            owner="w", cap=100, limit=n, lease_ttl=30, types=["call", "other"],
+            rate_limits={"call": limit},
+        ))
         return sorted(c.type for c in got)
 
     three = readyq.RateLimit("api", 3, per=60)
@@ -117,5 +120,6 @@ def test_the_budget_follows_the_database_clock_and_the_definition(queue: readyq.
     assert claim(readyq.RateLimit("api", 2, per=60)) == []
     assert queue.counts() == {"leased": 11, "ready": 2}
     with pytest.raises(ValueError, match="job types"):
-        store.claim_jobs(owner="w", cap=100, limit=1, ttl=30, types=None,
-                         rate_limits={"call": three})
+        store.claim_jobs(ClaimOrder(
+            owner="w", cap=100, limit=1, lease_ttl=30, types=None, rate_limits={"call": three},
+        ))

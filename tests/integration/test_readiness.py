@@ -16,6 +16,7 @@ import pytest
 
 import readyq
 from readyq import JobState
+from readyq.claim_order import ClaimOrder
 from readyq.store import Outcome, OutcomeKind
 
 WORKER_OPTIONS: dict[str, Any] = {
@@ -206,7 +207,9 @@ def test_run_after_in_the_future_is_respected(queue: readyq.Queue, form: str) ->
     assert info.attempts == 0 and info.started_at is None
     assert later not in timeline.started
     assert queue.get(after).state is JobState.WAITING
-    assert queue.store.claim_jobs(owner="probe", cap=10, limit=10, ttl=30, types=None) == []
+    assert queue.store.claim_jobs(ClaimOrder(
+        owner="probe", cap=10, limit=10, lease_ttl=30, types=None,
+    )) == []
 
     queue.store.clock_offset = 601.0
     run_bounded(queue)
@@ -348,7 +351,7 @@ def test_has_unfinished_sees_every_unfinished_state_of_the_given_types(
     queue.cancel(waiting)
     assert not store.has_unfinished(["b"])
     assert store.has_unfinished(["a"])  # ready
-    (claimed,) = store.claim_jobs(owner="w", cap=1, limit=1, ttl=30, types=["a"])
+    (claimed,) = store.claim_jobs(ClaimOrder(owner="w", cap=1, limit=1, lease_ttl=30, types=["a"]))
     assert store.has_unfinished(["a"])  # leased
     assert store.start_jobs("w", [(claimed, None, True)]) == {upstream}
     assert store.has_unfinished(["a"])  # running

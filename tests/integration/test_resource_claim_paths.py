@@ -24,6 +24,7 @@ import pytest
 import sqlalchemy as sa
 
 import readyq
+from readyq.claim_order import ClaimOrder
 from readyq.store import ResourceView
 
 GONE = 10**9  # the id of the reserved job that no longer exists
@@ -186,10 +187,10 @@ def test_the_plain_path_claims_what_weighing_job_by_job_claims(
             got = []
             for side in pair:
                 with side.recorded() as statements:
-                    claimed = side.queue.store.claim_jobs(
-                        owner="w", cap=case["cap"], limit=case["limit"], ttl=60.0,
+                    claimed = side.queue.store.claim_jobs(ClaimOrder(
+                        owner="w", cap=case["cap"], limit=case["limit"], lease_ttl=60.0,
                         types=case["types"], resources=view,
-                    )
+                    ))
                 got.append(sorted(c.id for c in claimed))
                 weighs = any("rq_head" in s for s in statements)
                 if side is plain:

@@ -22,6 +22,7 @@ import sqlalchemy as sa
 
 import readyq
 from readyq import JobState, admin
+from readyq.claim_order import ClaimOrder
 from readyq.store import ResourceView
 from readyq_test_support import wait_for
 
@@ -845,8 +846,9 @@ def test_a_reserved_head_does_not_hide_the_jobs_behind_it(queue: readyq.Queue) -
 
     def claim(gpus: int) -> list[int]:
         view = ResourceView({"gpu": gpus}, {})
-        got = store.claim_jobs(owner="w", cap=3, limit=1, ttl=60.0, types=None,
-                               resources=view)
+        got = store.claim_jobs(ClaimOrder(
+            owner="w", cap=3, limit=1, lease_ttl=60.0, types=None, resources=view,
+        ))
         return [c.id for c in got]
 
     running = queue.enqueue("t", uses={"gpu": 1})

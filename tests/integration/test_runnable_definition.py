@@ -16,6 +16,7 @@ import pytest
 import sqlalchemy as sa
 
 import readyq
+from readyq.claim_order import ClaimOrder
 from readyq.model import ClaimedJob
 from readyq.sql.ready import runnable, runnable_by_definition
 from readyq.store import Outcome
@@ -97,7 +98,9 @@ def test_runnable_matches_the_definition_at_every_step(queue: readyq.Queue, seed
             abandoned.clear()
             check(f"step {step}: after a reclaim")
 
-        claimed = store.claim_jobs(owner=OWNER, cap=1000, limit=5, ttl=30, types=None)
+        claimed = store.claim_jobs(ClaimOrder(
+            owner=OWNER, cap=1000, limit=5, lease_ttl=30, types=None,
+        ))
         check(f"step {step}: after claiming {[c.id for c in claimed]}")
         if not claimed:
             if not store.has_unfinished():

@@ -15,6 +15,7 @@ import pytest
 import sqlalchemy as sa
 
 import readyq
+from readyq.claim_order import ClaimOrder
 from readyq.sql.ready import claim_order, runnable
 
 BULK = 20_000
@@ -139,11 +140,15 @@ def test_runnable_selection_uses_a_ready_index(queue: readyq.Queue, dialect_name
             pytest.fail(f"{label}: the plan does not read a ready index:\n{sql}\n{text}")
 
     # The claim still finds exactly the runnable jobs of its types.
-    claimed = queue.store.claim_jobs(owner="t", cap=100, limit=10, ttl=30, types=["t"])
+    claimed = queue.store.claim_jobs(ClaimOrder(
+        owner="t", cap=100, limit=10, lease_ttl=30, types=["t"],
+    ))
     assert sorted(c.id for c in claimed) == sorted(ready)
     assert queue.get(other_type).state is readyq.JobState.READY
     assert queue.get(delayed).state is readyq.JobState.READY
-    claimed = queue.store.claim_jobs(owner="t", cap=100, limit=10, ttl=30, types=None)
+    claimed = queue.store.claim_jobs(ClaimOrder(
+        owner="t", cap=100, limit=10, lease_ttl=30, types=None,
+    ))
     assert [c.id for c in claimed] == [other_type]
     # Generous: only to notice a pathological bulk insert, not to benchmark.
     assert insert_seconds < 60

@@ -13,6 +13,7 @@ import sqlalchemy as sa
 
 import readyq
 from readyq import admin
+from readyq.claim_order import ClaimOrder
 from readyq.cli import main
 
 
@@ -108,7 +109,7 @@ def test_status_lists_the_types_that_no_worker_seems_to_run(queue: readyq.Queue)
         ("fresh", 1), ("nosuchtype", 2)
     ]
     # A type with a job in flight has a worker.
-    queue.store.claim_jobs(owner="w", cap=1, limit=1, ttl=300, types=["fresh"])
+    queue.store.claim_jobs(ClaimOrder(owner="w", cap=1, limit=1, lease_ttl=300, types=["fresh"]))
     queue.enqueue("fresh")
     queue.store.clock_offset = 300
     assert [u.type for u in admin.status(queue).unclaimed_types] == ["nosuchtype"]

@@ -11,6 +11,7 @@ import sqlalchemy as sa
 import readyq
 from async_support import async_engine
 from readyq import JobSpec, JobState
+from readyq.claim_order import ClaimOrder
 from readyq.store import Outcome, OutcomeKind, Recorded
 from readyq_test_support import run_until_idle
 
@@ -223,13 +224,17 @@ def test_a_fenced_out_done_spawns_nothing(queue: readyq.Queue) -> None:
     queue.handler("part")(lambda job: None)
     spawner = queue.enqueue("split", {})
     store = queue.store
-    (stale,) = store.claim_jobs(owner="w1", cap=5, limit=5, ttl=5.0, types=["split"])
+    (stale,) = store.claim_jobs(ClaimOrder(
+        owner="w1", cap=5, limit=5, lease_ttl=5.0, types=["split"],
+    ))
     store.start_jobs("w1", [(stale, None, True)])
     spawn = queue.spawn_of([JobSpec("part", {})])
     store.clock_offset = 60.0
     store.reclaim_expired()
     store.clock_offset = 3600.0  # past the retry's backoff
-    (fresh,) = store.claim_jobs(owner="w2", cap=5, limit=5, ttl=30.0, types=["split"])
+    (fresh,) = store.claim_jobs(ClaimOrder(
+        owner="w2", cap=5, limit=5, lease_ttl=30.0, types=["split"],
+    ))
     assert fresh.lease_token != stale.lease_token
     applied = store.record_outcomes(
         "w1", [Outcome(stale, OutcomeKind.DONE, "null", spawns=(spawn,))]
@@ -251,7 +256,7 @@ def test_a_spawn_refused_at_the_end_fails_the_spawner_and_writes_nothing(
     spawner = queue.enqueue("split", {})
     after = queue.enqueue("report", {}, depends_on=[spawner])
     store = queue.store
-    (c,) = store.claim_jobs(owner="w", cap=5, limit=5, ttl=30.0, types=["split"])
+    (c,) = store.claim_jobs(ClaimOrder(owner="w", cap=5, limit=5, lease_ttl=30.0, types=["split"]))
     store.start_jobs("w", [(c, None, True)])
     spawn = queue.spawn_of([JobSpec("part", {})], parent=box)
     queue.close_container(box)  # ended since the handler staged its spawn

@@ -19,6 +19,7 @@ import sqlalchemy as sa
 
 import readyq
 from async_support import async_engine
+from readyq.claim_order import ClaimOrder, StartPolicy
 from readyq.dialects.postgresql_listener import PgListener as Listener
 from readyq.dialects.postgresql_listener import channel_for, conninfo_for
 from readyq.store import Outcome, OutcomeKind
@@ -199,8 +200,10 @@ def test_a_dependent_made_ready_wakes_an_idle_worker_and_a_partial_release_does_
     store = h.q.store
 
     def finish(job_id: int) -> float:
-        _, claimed = store.finish_and_claim("other", [], cap=10, limit=1, ttl=30.0, types=["up"],
-                                 start={"up": (None, True)})
+        _, claimed = store.finish_and_claim([], ClaimOrder(
+            owner="other", cap=10, limit=1, lease_ttl=30.0, types=["up"],
+            start={"up": StartPolicy(None, True)},
+        ))
         assert [c.id for c in claimed] == [job_id]
         t0 = time.monotonic()
         done = store.record_outcomes("other", [Outcome(job=claimed[0], kind=OutcomeKind.DONE)])

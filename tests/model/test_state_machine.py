@@ -52,6 +52,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule, run_state_machine_as_test
 
 import readyq
+from readyq.claim_order import ClaimOrder, StartPolicy
 from readyq.errors import DependencyCycle, LeaseLost
 from readyq.planning.drf import GLOBAL, Candidate, GroupState, Reserved, plan_starts
 from readyq.resources import decode, encode
@@ -70,7 +71,7 @@ SETTLE_AHEAD = 26.5
 SETTLE_STEP = 30.0
 EPS = 2e-3
 OWNERS = ("A", "B")
-START = {"t": (None, True), "u": (6_000.0, False)}  # type -> (timeout, retry_on_timeout)
+START = {"t": StartPolicy(None, True), "u": StartPolicy(6_000.0, False)}
 # The resource of the claims that weigh costs, and the costs of type "u"'s handler
 # (jobs of "u" enqueued without their own take them).
 HANDLER_USES = {"u": {"gpu": 1}}
@@ -563,7 +564,7 @@ class QueueModel(RuleBasedStateMachine):
             m.state, m.owner, m.cancel_requested = "leased", owner, False
             m.lease_expires, m.heartbeat_at = self.at(TTL), self.at()
             if start:
-                timeout, retry = START[m.type]
+                timeout, retry = START[m.type].timeout, START[m.type].retry_on_timeout
                 seconds = m.timeout if m.timeout is not None else timeout
                 m.state, m.started_at, m.retry_on_timeout = "running", self.at(), retry
                 m.deadline = None if seconds is None else self.at(seconds)
@@ -625,12 +626,14 @@ class QueueModel(RuleBasedStateMachine):
         self.settle()
         store = self.store
         if start:
-            _, claimed = self.step("claim+start (cycle)", lambda: store.finish_and_claim(
-                owner, [], cap=CAP, limit=limit, ttl=TTL, types=types, start=START,
-                resources=view))
+            order = ClaimOrder(owner=owner, cap=CAP, limit=limit, lease_ttl=TTL, types=types,
+                               start=START, resources=view)
+            _, claimed = self.step("claim+start (cycle)",
+                                   lambda: store.finish_and_claim([], order))
         else:
-            claimed = self.step("claim", lambda: store.claim_jobs(
-                owner=owner, cap=CAP, limit=limit, ttl=TTL, types=types, resources=view))
+            claimed = self.step("claim", lambda: store.claim_jobs(ClaimOrder(
+                owner=owner, cap=CAP, limit=limit, lease_ttl=TTL, types=types, resources=view,
+            )))
         self.model_claim(owner, limit, types, start, claimed, gpus)
         self.sync()
         self.check_reservations()
@@ -650,7 +653,7 @@ class QueueModel(RuleBasedStateMachine):
         pool = [(o, c) for o, c in self.leases if self.jobs[c.id].state == "leased"]
         owner, c = pick.one(pool, "lease")
         m = self.jobs[c.id]
-        timeout, retry = START[m.type]
+        timeout, retry = START[m.type].timeout, START[m.type].retry_on_timeout
         seconds = m.timeout if m.timeout is not None else timeout
         moved = self.step("mark_running", lambda: self.store.start_jobs(
             owner, [(c, seconds, retry)]))
@@ -729,8 +732,9 @@ class QueueModel(RuleBasedStateMachine):
             self.settle()
             limit = pick.integer(1, 2, "limit")
             applied, claimed = self.step("finish+claim (cycle)", lambda: (
-                self.store.finish_and_claim(owner, outcomes, cap=CAP, limit=limit, ttl=TTL,
-                                            types=None, start=START)))
+                self.store.finish_and_claim(outcomes, ClaimOrder(
+                    owner=owner, cap=CAP, limit=limit, lease_ttl=TTL, types=None, start=START,
+                ))))
         else:
             applied = self.step("finish", lambda: self.store.record_outcomes(owner, outcomes))
         for o in sorted(outcomes, key=lambda o: (o.kind != "done", o.job.id)):
@@ -871,7 +875,7 @@ class QueueModel(RuleBasedStateMachine):
                 continue
             if timeout:
                 timed_out += 1
-                seconds = m.timeout if m.timeout is not None else START[m.type][0]
+                seconds = m.timeout if m.timeout is not None else START[m.type].timeout
                 why = f"timed out after {seconds:g}s (attempt {m.attempts})"
                 retry = m.retry_on_timeout and m.attempts < m.max_attempts
             else:

@@ -23,11 +23,12 @@ import logging
 import os
 import threading
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, TypeVar
+from typing import TypeVar
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
 
+from readyq.claim_order import ClaimOrder
 from readyq.dialects import (
     ClaimReceipt,
     Dialect,
@@ -50,7 +51,6 @@ from readyq.model import (
     job_log_fields,
 )
 from readyq.planning.schedules import Timing
-from readyq.rate_limits import RateLimit
 from readyq.reports import (
     AttemptRecord,
     BulkResult,
@@ -65,6 +65,7 @@ from readyq.reports import (
     StuckJob,
     WorkerReport,
 )
+from readyq.resources import ResourceView
 from readyq.resources import decode as decode_uses
 from readyq.schema import GATE_ID, Tables, build_tables
 from readyq.store import claim as claim_unit
@@ -92,7 +93,6 @@ from readyq.store.records import (
     ReclaimedJob,
     ReclaimResult,
     Recorded,
-    ResourceView,
 )
 from readyq.store.transactions import DEFAULT_TX_RETRIES, Transactions, pause_for
 from readyq.untrusted import one_line
@@ -116,10 +116,6 @@ __all__ = [
 log = logging.getLogger("readyq.store")
 
 T = TypeVar("T")
-
-# A worker's start policies: job type -> (timeout or None, retry_on_timeout, max_attempts).
-StartPolicies = Mapping[str, tuple[Any, ...]]
-
 
 class _DryRun(Exception):
     """Ends a dry run's unit so that its transaction is rolled back; carries what the
@@ -354,73 +350,34 @@ class Store:
 
     # -- the worker's cycle -------------------------------------------------------------
 
-    def claim_jobs(
-        self,
-        *,
-        owner: str,
-        cap: int,
-        limit: int,
-        ttl: float,
-        types: Sequence[str] | None,
-        rate_limits: Mapping[str, RateLimit] | None = None,
-        resources: ResourceView | None = None,
-    ) -> list[ClaimedJob]:
+    def claim_jobs(self, order: ClaimOrder) -> list[ClaimedJob]:
         """Lease runnable jobs under the global cap, shared between groups fairly, in one
-        transaction (see :mod:`readyq.store.claim`; with ``resources``,
-        :mod:`readyq.store.resource_claim`)."""
-        if cap <= 0 or limit <= 0:
+        transaction (see :mod:`readyq.store.claim`; with ``order.resources``,
+        :mod:`readyq.store.resource_claim`). With ``order.start`` the claim also starts
+        them, as :meth:`finish_and_claim` does."""
+        if order.empty:
             return []
-        claimed = self.write(
-            lambda conn: self._claim(
-                conn, owner, cap, limit, ttl, types, None, rate_limits, resources
-            ).read(),
-            what="claim",
-        )
+        claimed = self.write(lambda conn: self._claim(conn, order).read(), what="claim")
         self._capacities.committed()
         return claimed
 
-    def _claim(
-        self,
-        conn: Connection,
-        owner: str,
-        cap: int,
-        limit: int,
-        ttl: float,
-        types: Sequence[str] | None,
-        start: StartPolicies | None,
-        rate_limits: Mapping[str, RateLimit] | None,
-        resources: ResourceView | None,
-    ) -> ClaimReceipt:
-        if resources is None:
-            return claim_unit.claim_jobs(
-                self.context, conn, owner, cap, limit, ttl, types, start, rate_limits
-            )
-        return resource_claim.claim_weighed(
-            self.context, conn, owner, cap, limit, ttl, types, start, rate_limits,
-            resources, self._capacities,
-        )
+    def _claim(self, conn: Connection, order: ClaimOrder) -> ClaimReceipt:
+        if order.resources is None:
+            return claim_unit.claim_jobs(self.context, conn, order)
+        return resource_claim.claim_weighed(self.context, conn, order, self._capacities)
 
     def finish_and_claim(
-        self,
-        owner: str,
-        done: Sequence[Outcome],
-        *,
-        cap: int,
-        limit: int,
-        ttl: float,
-        types: Sequence[str] | None,
-        start: StartPolicies | None = None,
-        rate_limits: Mapping[str, RateLimit] | None = None,
-        resources: ResourceView | None = None,
+        self, done: Sequence[Outcome], order: ClaimOrder
     ) -> tuple[Applied, list[ClaimedJob]]:
         """Record outcomes, claim new jobs and start them: one transaction, one commit.
 
-        The slots freed by the outcomes count as free for the claim. With ``start``, the
-        claim's own UPDATE also starts the jobs: ``running`` with ``started_at`` and a
-        deadline (the job's own timeout, else its type's). A worker does this when it
-        hands every claimed job to a handler at once, so that ``leased`` never needs a
-        commit of its own.
+        The outcomes are ``order.owner``'s; the slots they free count as free for the
+        claim. With ``order.start``, the claim's own UPDATE also starts the jobs:
+        ``running`` with ``started_at`` and a deadline (the job's own timeout, else its
+        type's). A worker does this when it hands every claimed job to a handler at
+        once, so that ``leased`` never needs a commit of its own.
         """
+        owner = order.owner
         # Jobs leased by a try whose COMMIT reply was lost: that claim may have landed,
         # unknown to the worker, so the next try hands them back first.
         unknown: list[ClaimedJob] = []
@@ -437,16 +394,14 @@ class Store:
             if unknown:
                 outcomes.hand_back(ctx, conn, owner, unknown)
             applied = outcomes.record_outcomes(ctx, conn, owner, done) if done else {}
-            receipt = claim_unit.NOTHING
-            if cap > 0 and limit > 0:
-                receipt = self._claim(
-                    conn, owner, cap, limit, ttl, types, start, rate_limits, resources
-                )
+            receipt = claim_unit.NOTHING if order.empty else self._claim(conn, order)
             return applied, receipt
 
-        if not done and (cap <= 0 or limit <= 0):
+        if not done and order.empty:
             return {}, []
-        if not done and not self.runnable_exists(types, costed=resources is not None):
+        if not done and not self.runnable_exists(
+            order.types, costed=order.resources is not None
+        ):
             # An idle tick (a poll, or a notification that woke every listening worker)
             # reads the ready index without a lock: only a worker that sees a runnable
             # job opens a claim transaction and waits for the gate.
@@ -456,22 +411,11 @@ class Store:
         self._capacities.committed()
         return applied, receipt.read()
 
-    def dry_run_cycle(
-        self,
-        owner: str,
-        *,
-        cap: int,
-        limit: int,
-        ttl: float,
-        types: Sequence[str] | None,
-        start: StartPolicies | None = None,
-        rate_limits: Mapping[str, RateLimit] | None = None,
-        resources: ResourceView | None = None,
-    ) -> int:
+    def dry_run_cycle(self, order: ClaimOrder) -> int:
         """Run a worker's transaction once and roll it back; return how many jobs its
         claim took.
 
-        The claim of up to ``limit`` jobs, as :meth:`finish_and_claim` makes it, then
+        The claim of up to ``order.limit`` jobs, as :meth:`finish_and_claim` makes it, then
         their finish as done, in one transaction that is rolled back: nothing is kept
         (the NOTIFY of a released dependent is dropped with it). What it leaves behind
         is the SQL of those statements, built and compiled, and an error now rather than
@@ -480,14 +424,10 @@ class Store:
 
         def unit(conn: Connection) -> int:
             ctx = self.context
-            claimed: list[ClaimedJob] = []
-            if cap > 0 and limit > 0:
-                claimed = self._claim(
-                    conn, owner, cap, limit, ttl, types, start, rate_limits, resources
-                ).read()
+            claimed = [] if order.empty else self._claim(conn, order).read()
             if claimed:
                 outcomes.record_outcomes(
-                    ctx, conn, owner, [Outcome(c, OutcomeKind.DONE, "null") for c in claimed]
+                    ctx, conn, order.owner, [Outcome(c, OutcomeKind.DONE, "null") for c in claimed]
                 )
             raise _DryRun(len(claimed))
 

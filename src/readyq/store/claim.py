@@ -23,6 +23,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
+from readyq.claim_order import ClaimOrder
 from readyq.dialects import ClaimReceipt, ClaimRequest, Progress
 from readyq.errors import SchemaNotFound
 from readyq.model import ClaimedJob
@@ -78,25 +79,16 @@ def progress_rows(progress: FairShareProgress) -> list[tuple[str, float, int]]:
     return [(key, v, progress.served_seq[key]) for key, v in progress.vfinish.items()]
 
 
-def claim_jobs(
-    ctx: StoreContext,
-    conn: Connection,
-    owner: str,
-    cap: int,
-    limit: int,
-    ttl: float,
-    types: Sequence[str] | None,
-    start: Mapping[str, tuple[Any, ...]] | None = None,
-    rate_limits: Mapping[str, RateLimit] | None = None,
-) -> ClaimReceipt:
-    """Claim up to ``limit`` jobs under a global cap of ``cap``, in the open transaction.
+def claim_jobs(ctx: StoreContext, conn: Connection, order: ClaimOrder) -> ClaimReceipt:
+    """Claim up to ``order.limit`` jobs under the global cap ``order.cap``, in the open
+    transaction (the order's resources are left to :mod:`readyq.store.resource_claim`).
 
-    ``start`` (job type -> (timeout, retry_on_timeout)) starts the jobs as they are
-    claimed. ``rate_limits`` maps job types to the limits on their starts; ``types``
-    must then be given. The receipt's rows may be read after the commit, which releases
-    the gate row sooner.
+    ``order.start`` starts the jobs as they are claimed. ``order.rate_limits`` maps job
+    types to the limits on their starts; ``order.types`` must then be given. The
+    receipt's rows may be read after the commit, which releases the gate row sooner.
     """
     t, d = ctx.tables, ctx.dialect
+    cap, limit, types, rate_limits = order.cap, order.limit, order.types, order.rate_limits
     open_claim(ctx, conn)
     now = ctx.now
     # On a database whose claims lock rows rather than the whole database, the runnable
@@ -138,20 +130,15 @@ def claim_jobs(
     if not ready:
         return NOTHING
     return claim_shares(
-        ctx, conn, owner, cap, limit, ttl, types, start, ready, flight, history, gate, budget,
-        group_types=group_types,
+        ctx, conn, order, types, ready, flight, history, gate, budget, group_types=group_types
     )
 
 
 def claim_shares(
     ctx: StoreContext,
     conn: Connection,
-    owner: str,
-    cap: int,
-    limit: int,
-    ttl: float,
+    order: ClaimOrder,
     types: Sequence[str] | None,
-    start: Mapping[str, tuple[Any, ...]] | None,
     ready: Mapping[str, tuple[int, int]],
     flight: Mapping[str, tuple[int, int]],
     history: Mapping[str, tuple[float, int]],
@@ -163,6 +150,7 @@ def claim_shares(
     """With the gate row locked and the counts read (``ready`` and ``flight``: group ->
     (jobs, largest weight); ``history``: group -> (vfinish, served_seq)), plan each
     group's share of the free slots, claim them and record the fair-share progress.
+    ``types`` are the order's, as rate limits and pauses left them.
 
     ``uses`` (job type -> stored costs) is written into the claimed rows that have none
     (:class:`~readyq.dialects.ClaimRequest`): a claim that weighs resources comes here
@@ -170,6 +158,7 @@ def claim_shares(
     ``group_types`` narrows the types of the groups in which some types are paused."""
     t, d = ctx.tables, ctx.dialect
     now = ctx.now
+    cap, limit = order.cap, order.limit
     total_in_flight = sum(n for n, _ in flight.values())
     if not ready or cap - total_in_flight <= 0:
         return NOTHING
@@ -195,8 +184,8 @@ def claim_shares(
         (key,) = ready
         limit = min(limit, cap - total_in_flight)
         request = ClaimRequest(
-            owner=owner, group=key, limit=limit, ttl=ttl, types=types_of(key), start=start,
-            uses=uses,
+            owner=order.owner, group=key, limit=limit, ttl=order.lease_ttl, types=types_of(key),
+            start=order.start, uses=uses,
         )
         return _receipt(claim([request]))
     demands = []
@@ -218,8 +207,8 @@ def claim_shares(
     plan = plan_claims(cap, demands, vclock, max_claims=limit)
     requests = [
         ClaimRequest(
-            owner=owner, group=key, limit=plan.claims[key], ttl=ttl, types=types_of(key),
-            start=start, uses=uses,
+            owner=order.owner, group=key, limit=plan.claims[key], ttl=order.lease_ttl,
+            types=types_of(key), start=order.start, uses=uses,
         )
         for key in dict.fromkeys(plan.picks)
     ]

@@ -6,13 +6,11 @@ of a claimed job; what a sweep did. Plain tuples and frozen dataclasses, no beha
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from enum import Enum, IntEnum
 from typing import NamedTuple
 
 from readyq.model import ClaimedJob
-from readyq.resources import encode
 
 
 class NewJob(NamedTuple):
@@ -165,24 +163,3 @@ TIMEOUT = "Timeout"
 TIMED_OUT = "timed out"
 
 
-@dataclass(frozen=True)
-class ResourceView:
-    """What a claim weighs besides the global cap: each resource's capacity now, as the
-    claiming worker evaluates it, and each job type's costs from its handler (applied to
-    jobs stored without their own)."""
-
-    capacity: dict[str, int]
-    handler_uses: dict[str, dict[str, int]]
-    # The stored form of each handler's costs (readyq.resources.encode), by type: worked
-    # out from ``handler_uses`` unless given (a worker gives the one it made at start).
-    handler_text: dict[str, str] | None = field(default=None, repr=False, compare=False)
-
-    def __post_init__(self) -> None:
-        if self.handler_text is None:
-            object.__setattr__(self, "handler_text", handler_texts(self.handler_uses))
-
-
-def handler_texts(handler_uses: Mapping[str, Mapping[str, int]]) -> dict[str, str]:
-    """The stored form of each handler's costs, by type (types without costs left out)."""
-    texts = {t: encode(u) for t, u in handler_uses.items()}
-    return {t: x for t, x in texts.items() if x is not None}

@@ -33,6 +33,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
+from readyq.claim_order import ClaimOrder
 from readyq.dialects import ClaimReceipt, ClaimRequest, Progress, ResourceState
 from readyq.model import ClaimedJob
 from readyq.planning.drf import (
@@ -47,8 +48,7 @@ from readyq.planning.drf import (
 )
 from readyq.planning.fair_share import GroupDemand, plan_claims
 from readyq.planning.pauses import Standing
-from readyq.rate_limits import RateLimit
-from readyq.resources import decode, encode
+from readyq.resources import ResourceView, decode, encode
 from readyq.store import pauses as pause_rows
 from readyq.store.claim import (
     NOTHING,
@@ -60,7 +60,6 @@ from readyq.store.claim import (
     progress_rows,
 )
 from readyq.store.context import StoreContext
-from readyq.store.records import ResourceView
 
 # The most runnable jobs read per group: a group's quota counts its runnable jobs up to
 # the global cap, or this many.
@@ -119,21 +118,16 @@ def record_capacities(
 
 
 def claim_weighed(
-    ctx: StoreContext,
-    conn: Connection,
-    owner: str,
-    cap: int,
-    limit: int,
-    ttl: float,
-    types: Sequence[str] | None,
-    start: Mapping[str, tuple[Any, ...]] | None,
-    rate_limits: Mapping[str, RateLimit] | None,
-    view: ResourceView,
-    log: CapacityLog,
+    ctx: StoreContext, conn: Connection, order: ClaimOrder, log: CapacityLog
 ) -> ClaimReceipt:
-    """Claim up to ``limit`` jobs under the global ``cap`` and every resource's
-    capacity in ``view``, in the open transaction (see the module's doc)."""
+    """Claim up to ``order.limit`` jobs under the global cap ``order.cap`` and every
+    resource's capacity in ``order.resources``, in the open transaction (see the
+    module's doc)."""
+    view = order.resources
+    if view is None:
+        raise ValueError("claim_weighed: the order has no resources to weigh")
     t, d = ctx.tables, ctx.dialect
+    cap, limit, types, rate_limits = order.cap, order.limit, order.types, order.rate_limits
     log.stage({})  # this transaction's, whatever an earlier one staged
     open_claim(ctx, conn)
     now = ctx.now
@@ -174,9 +168,7 @@ def claim_weighed(
             ctx, conn, paused, ready, types, cap, costed=True
         )
     if budget is None and not (paused and paused.pairs):
-        plain = _claim_if_plain(
-            ctx, conn, owner, cap, limit, ttl, types, start, ready, view, gate
-        )
+        plain = _claim_if_plain(ctx, conn, order, types, ready, view, gate)
         if plain is not None:
             return plain
     weight = {key: max(w, 1) for key, (_, w) in ready.items()}
@@ -271,8 +263,8 @@ def claim_weighed(
     written: set[str] | None = None
     if picks:
         request = ClaimRequest(
-            owner=owner, group="", limit=len(picks), ttl=ttl, types=types, start=start,
-            uses=view.handler_text,
+            owner=order.owner, group="", limit=len(picks), ttl=order.lease_ttl, types=types,
+            start=order.start, uses=view.handler_text,
         )
         ids = [c.id for c in picks]
         recorder = ctx.progress_recorder
@@ -338,12 +330,8 @@ def handlers_cost(view: ResourceView, types: Sequence[str] | None) -> dict[str, 
 def _claim_if_plain(
     ctx: StoreContext,
     conn: Connection,
-    owner: str,
-    cap: int,
-    limit: int,
-    ttl: float,
+    order: ClaimOrder,
     types: Sequence[str] | None,
-    start: Mapping[str, tuple[Any, ...]] | None,
     ready: Mapping[str, tuple[int, int]],
     view: ResourceView,
     gate: Any,
@@ -358,7 +346,8 @@ def _claim_if_plain(
     covers the starts the cap leaves room for). Then the weighed plan is the plain fair
     share's on the counts (:func:`uniform_plan`), and the plain claim statement, which
     writes the handlers' costs into the rows it leases, claims it without reading the
-    groups' first jobs."""
+    groups' first jobs. ``types`` are the order's, as pauses left them."""
+    cap = order.cap
     cost = handlers_cost(view, types)
     if cost is None:
         return None
@@ -383,8 +372,8 @@ def _claim_if_plain(
     # job to start takes at most capacity / cap of each (one dominant unit), and the jobs
     # in flight of each group hold no more than that on average.
     return claim_shares(
-        ctx, conn, owner, cap, limit, ttl, types, start, ready, flight, state.history, gate,
-        None, uses=view.handler_text,
+        ctx, conn, order, types, ready, flight, state.history, gate, None,
+        uses=view.handler_text,
     )
 
 
