@@ -16,44 +16,51 @@ Three kinds of members, told apart in the code:
 * optional abilities that only some databases have, each a :class:`typing.Protocol`
   (:class:`RecordsProgressInClaim`, :class:`Notifies`), checked with ``isinstance``.
 
+The records that cross the seam (:class:`~readyq.dialects.records.ClaimRequest`,
+:class:`~readyq.dialects.records.Progress`, ...) are in :mod:`readyq.dialects.records`.
 Statements that never differ (cancel's updates, the container roll-up) are not part of
-the seam: the store builds them itself, from :mod:`readyq.sql`.
+the seam: the store builds them itself, from :mod:`readyq.sql`; so are the portable
+parts the dialects complete (:mod:`readyq.sql.claims`, :mod:`readyq.sql.resource_state`).
 """
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections import Counter
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
 from functools import partial
-from typing import Any, ClassVar, NamedTuple, Protocol, TypeVar, runtime_checkable
+from typing import Any, ClassVar, Protocol, TypeVar, runtime_checkable
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
 
+from readyq.dialects.records import (
+    Capabilities,
+    ClaimReceipt,
+    ClaimRequest,
+    Dependents,
+    MarkedDone,
+    Progress,
+    ResourceFlight,
+    ResourceState,
+    dependents_from,
+)
 from readyq.model import IN_FLIGHT_STATES, ClaimedJob
 from readyq.schema import (
     BULK_COLUMNS,
     BULK_CONSTANTS,
-    FALLBACK_MAX_ATTEMPTS,
     GATE_ID,
-    MAX_ATTEMPTS_FROM_HANDLER,
     ROW_KEYS,
     Tables,
     TableTraits,
 )
 from readyq.sql import jobs as job_sql
 from readyq.sql import leases as lease_sql
+from readyq.sql.claims import claim_columns, claim_head, claimed_from_row, lease_values
 from readyq.sql.ready import (
-    Part,
-    as_is,
     by_type_key,
-    claim_order,
     costed_of_types,
     first_ready_type,
     in_flight_by_group,
-    merged_head,
     merged_types,
     no_costs,
     ready_group_keys,
@@ -64,132 +71,9 @@ from readyq.sql.ready import (
     values_in,
     waiting_of_types,
 )
+from readyq.sql.resource_state import state_row
 
 S = TypeVar("S")
-
-
-@dataclass(frozen=True)
-class Capabilities:
-    """What a database can do, for callers that must not test dialect names."""
-
-    skip_locked: bool
-    returning: bool
-    partial_index: bool
-    listen_notify: bool
-    row_locks: bool
-    # A read of one statement may run in autocommit without costing a round trip: psycopg
-    # sets autocommit on the client side, while PyMySQL sends a SET for it.
-    autocommit_reads: bool = False
-
-
-@dataclass(frozen=True)
-class ClaimRequest:
-    """One group's share of a claim transaction."""
-
-    owner: str
-    group: str
-    limit: int
-    ttl: float
-    types: Sequence[str] | None
-    # job type -> (timeout seconds or None, retry_on_timeout[, max_attempts]): start the
-    # jobs as they are claimed (running, with a deadline) instead of leaving them leased;
-    # the optional max_attempts is given to jobs of the type enqueued without one.
-    start: Mapping[str, tuple[Any, ...]] | None = None
-    # job type -> the stored form of its handler's resource costs, written into the jobs
-    # of the type claimed without costs of their own (see readyq.resources).
-    uses: Mapping[str, str] | None = None
-
-    def shape(self) -> tuple[Any, ...]:
-        """What the claim statement's text depends on (the rest is bound at execution)."""
-        return (
-            None if self.types is None else tuple(self.types),
-            None if self.start is None else tuple(sorted(self.start.items())),
-            None if not self.uses else tuple(sorted(self.uses.items())),
-        )
-
-    def params(self) -> dict[str, Any]:
-        """The values bound into a claim statement built by :func:`lease_values` and
-        :func:`readyq.sql.ready.runnable` with ``group=GROUP``."""
-        return {"rq_owner": self.owner, "rq_group": self.group, "rq_limit": self.limit,
-                "rq_ttl": self.ttl}
-
-
-class ClaimReceipt(NamedTuple):
-    """A claim whose rows may be read after its transaction commits: ``claimed`` jobs,
-    ``read()`` returns them."""
-
-    claimed: int
-    read: Callable[[], list[ClaimedJob]]
-
-
-class Dependents(NamedTuple):
-    """The dependents of some jobs: ``edges`` maps each dependent's id to its edges from
-    those jobs; ``containers`` holds the dependents that are containers, whose end a
-    release may decide (see :func:`readyq.store.graph.propagate`)."""
-
-    edges: Counter[int]
-    containers: frozenset[int] = frozenset()
-
-
-class MarkedDone(NamedTuple):
-    """What :meth:`Dialect.mark_done` did: ``marked`` rows and, when that is the whole
-    batch, the batch's dependents."""
-
-    marked: int
-    dependents: Dependents | None
-
-
-def dependents_from(rows: Iterable[Any]) -> Dependents:
-    """:class:`Dependents` from (dependent id, is_container) rows, one per edge; rows
-    without a dependent (an outer join's) are skipped."""
-    edges: Counter[int] = Counter()
-    boxes: set[int] = set()
-    for dependent, is_container in rows:
-        if dependent is None:
-            continue
-        edges[int(dependent)] += 1
-        if is_container:
-            boxes.add(int(dependent))
-    return Dependents(edges, frozenset(boxes))
-
-
-class Progress(NamedTuple):
-    """What a claim stores of fair share: (group, vfinish, served_seq) per group served,
-    the groups that already have a row, and the gate's new clock and sequence."""
-
-    rows: Sequence[tuple[str, float, int]]
-    known: set[str]
-    vclock: float
-    seq: int
-
-
-class ResourceState(NamedTuple):
-    """What a claim that weighs resources reads under the gate row's lock (see
-    :meth:`Dialect.resource_state`)."""
-
-    # (group, stored costs, jobs, largest weight) of the jobs in flight.
-    flight: list[tuple[str, str | None, int, int]]
-    # (job id, seq, held costs, state, type, group, weight, due) per reservation, oldest
-    # first; the job's columns are None for a job that is gone.
-    reservations: list[tuple[Any, ...]]
-    # group -> (vfinish, served_seq), for the groups asked for that have a history.
-    history: dict[str, tuple[float, int]]
-    # (id, group, type, stored costs, weight, priority) of the groups' first jobs.
-    heads: list[tuple[Any, ...]]
-
-
-class ResourceFlight(NamedTuple):
-    """What a claim that weighs resources reads first, to tell whether the costs can
-    change its plan (see :meth:`Dialect.resource_flight`)."""
-
-    # (group, stored costs, jobs, largest weight) of the jobs in flight.
-    flight: list[tuple[str, str | None, int, int]]
-    # group -> (vfinish, served_seq), for the groups asked for that have a history.
-    history: dict[str, tuple[float, int]]
-    # Whether any reservation is stored.
-    reserved: bool
-    # Whether any ready job of the types asked for has costs of its own.
-    costed: bool
 
 
 class ReadyNotifier(Protocol):
@@ -257,11 +141,6 @@ class RecordsProgressInClaim(Protocol):
         statement; the rows may be read after the commit."""
 
 
-# Bound parameters of a claim statement; ClaimRequest.params() gives their values.
-OWNER = sa.bindparam("rq_owner", type_=sa.String)
-GROUP = sa.bindparam("rq_group", type_=sa.String)
-LIMIT = sa.bindparam("rq_limit", type_=sa.Integer)
-TTL = sa.bindparam("rq_ttl", type_=sa.Double)
 # Statements whose list of group keys is bound one parameter per key are built once per
 # length of the list, up to this many keys (a few statements, not one per group count).
 PER_GROUP_PARAMS = 16
@@ -1131,8 +1010,8 @@ class Dialect(ABC):
         now: sa.ColumnElement[float],
     ) -> tuple[sa.Update, dict[str, Any]]:
         """The UPDATE that marks (id, token, result) rows done, setting
-        :func:`done_values`, built once (the batch travels as one parameter), and its
-        parameters."""
+        :func:`readyq.sql.leases.done_values`, built once (the batch travels as one
+        parameter), and its parameters."""
 
     # -- errors -------------------------------------------------------------------------
 
@@ -1249,192 +1128,3 @@ def driver_error(exc: BaseException) -> BaseException | None:
     if isinstance(exc, sa.exc.SQLAlchemyError):
         return None
     return exc
-
-
-def done_values(now: sa.ColumnElement[float], result: Any) -> dict[str, Any]:
-    """The SET clause that ends an attempt done, with its result."""
-    return {
-        "state": "done",
-        "result": result,
-        "error": None,
-        "finished_at": now,
-        "lease_expires": None,
-        "deadline": None,
-        "updated_at": now,
-    }
-
-
-def claimed_from_row(
-    row: Any, *, before_update: bool = False, req: ClaimRequest | None = None
-) -> ClaimedJob:
-    """Build a ClaimedJob from a row of the claim's columns (``claim_columns``).
-
-    ``before_update`` says the row was read before the claim's UPDATE (MySQL), so the
-    attempt and the fencing token are one more than read, and ``max_attempts`` is what
-    the UPDATE of ``req`` (:func:`lease_values`) sets.
-    """
-    if not before_update:
-        return ClaimedJob._make(row)
-    id_, type_, args, attempts, max_attempts, token, group, parent, timeout = row
-    if max_attempts == MAX_ATTEMPTS_FROM_HANDLER:
-        policy = (req.start or {}).get(type_) if req is not None else None
-        given = policy[2] if policy is not None and len(policy) > 2 else None
-        max_attempts = int(given) if given else FALLBACK_MAX_ATTEMPTS
-    return ClaimedJob(
-        id_, type_, args, int(attempts) + 1, max_attempts, int(token) + 1, group, parent,
-        timeout,
-    )
-
-
-# The columns of every row of :meth:`Dialect.resource_state`, in order after its kind:
-# each part fills some and leaves the others NULL, typed so that the union's types agree.
-_STATE_COLUMNS: tuple[tuple[str, Callable[[Tables], Any]], ...] = (
-    ("group_key", lambda t: t.jobs.c.group_key.type), ("uses", lambda t: t.jobs.c.uses.type),
-    ("n", lambda t: sa.BigInteger()), ("w", lambda t: sa.Integer()),
-    ("job_id", lambda t: sa.BigInteger()), ("seq", lambda t: sa.BigInteger()),
-    ("state", lambda t: t.jobs.c.state.type), ("type", lambda t: t.jobs.c.type.type),
-    ("priority", lambda t: sa.Integer()), ("due", lambda t: sa.Integer()),
-    ("vf", lambda t: sa.Double()),
-)
-
-
-def state_row(t: Tables, kind: int, **cols: Any) -> list[Any]:
-    """A row of :meth:`Dialect.resource_state` of ``kind`` (0 in flight, 1 reservation,
-    2 history, 3 head; 4 in :meth:`Dialect.resource_flight`, a ready job with costs)
-    with ``cols``, the other columns NULL."""
-    out: list[Any] = [sa.literal(kind).label("kind")]
-    for name, type_of in _STATE_COLUMNS:
-        value = cols.get(name)
-        out.append(
-            sa.cast(sa.null(), type_of(t)).label(name) if value is None else value.label(name)
-        )
-    return out
-
-
-def claim_head(
-    t: Tables,
-    now: sa.ColumnElement[float],
-    group: str | sa.ColumnElement[str],
-    types: Sequence[str] | None,
-    limit: sa.ColumnElement[int],
-    *columns: sa.ColumnElement[Any],
-    part: Part = as_is,
-    costed: bool = False,
-) -> sa.Select[Any]:
-    """``columns`` of a group's first ``limit`` runnable jobs of ``types``, in claim
-    order (with ``costed``, jobs that take resources too). For a worker of a few types,
-    the merge of one read per type (:func:`readyq.sql.ready.merged_head`), ``part``
-    applied to each read; otherwise one read, which the caller completes (a row lock, an
-    index hint)."""
-    many = merged_types(types)
-    if many is not None:
-        return merged_head(t, now, group, many, limit, *columns, part=part, costed=costed)
-    return (
-        sa.select(*columns)
-        .where(runnable(t, now, group=group, types=types, costed=costed))
-        .order_by(*claim_order(t, types))
-        .limit(limit)
-    )
-
-
-def group_heads(
-    t: Tables,
-    now: sa.ColumnElement[float],
-    types: Sequence[str] | None,
-    n: int,
-    *columns: sa.ColumnElement[Any],
-) -> list[sa.Select[Any]]:
-    """One select per group of a multi-group claim, in claim order and limited: group
-    ``i`` and its limit are bound as ``c_g{i}`` and ``c_n{i}`` (see
-    :func:`group_head_params`)."""
-    return [
-        claim_head(
-            t,
-            now,
-            sa.bindparam(f"c_g{i}", type_=t.jobs.c.group_key.type),
-            types,
-            sa.bindparam(f"c_n{i}", type_=sa.Integer),
-            *columns,
-        )
-        for i in range(n)
-    ]
-
-
-def group_head_params(requests: Sequence[ClaimRequest]) -> dict[str, Any]:
-    """The parameters of :func:`group_heads` for ``requests``, with the first request's
-    own (owner, lease length, ...)."""
-    params = requests[0].params()
-    for i, req in enumerate(requests):
-        params[f"c_g{i}"] = req.group
-        params[f"c_n{i}"] = req.limit
-    return params
-
-
-def claim_columns(t: Tables) -> list[sa.Column[Any]]:
-    j = t.jobs
-    return [
-        j.c.id,
-        j.c.type,
-        j.c.args,
-        j.c.attempts,
-        j.c.max_attempts,
-        j.c.lease_token,
-        j.c.group_key,
-        j.c.parent_id,
-        j.c.timeout,
-    ]
-
-
-def lease_values(t: Tables, req: ClaimRequest, now: sa.ColumnElement[float]) -> dict[str, Any]:
-    """The SET clause of a claim: a new lease, a new fencing token, one more attempt.
-
-    The owner and the lease length are bound parameters (``req.params()``); only the
-    start policies shape the SQL."""
-    j = t.jobs
-    # Jobs enqueued without max_attempts take their handler's now (the rule: a value given
-    # at enqueue wins, else the registration of the handler that runs the job).
-    # (A type whose handler's value is the fallback needs no arm of its own.)
-    attempts = {
-        k: n
-        for k, v in (req.start or {}).items()
-        if len(v) > 2 and v[2] and (n := int(v[2])) != FALLBACK_MAX_ATTEMPTS
-    }
-    resolved: Any = (
-        sa.case(attempts, value=j.c.type, else_=FALLBACK_MAX_ATTEMPTS)
-        if attempts
-        else FALLBACK_MAX_ATTEMPTS
-    )
-    values: dict[str, Any] = {
-        "max_attempts": sa.case(
-            (j.c.max_attempts == MAX_ATTEMPTS_FROM_HANDLER, resolved), else_=j.c.max_attempts
-        ),
-        "state": "leased",
-        "lease_owner": OWNER,
-        "lease_token": j.c.lease_token + 1,
-        "attempts": j.c.attempts + 1,
-        "lease_expires": now + TTL,
-        "heartbeat_at": now,
-        "updated_at": now,
-        "cancel_requested": False,
-    }
-    if req.uses:
-        # Jobs stored without costs take their handler's, recorded here so that every
-        # other claim counts them while they are in flight.
-        values["uses"] = sa.func.coalesce(
-            j.c.uses, sa.case(dict(req.uses), value=j.c.type, else_=sa.null())
-        )
-    if req.start is not None:
-        timeouts = {k: v[0] for k, v in req.start.items() if v[0] is not None}
-        # (A type that retries on timeout, as the ELSE does, needs no arm of its own.)
-        retries = {k: v[1] for k, v in req.start.items() if v[1] is not True}
-        by_type: Any = sa.case(timeouts, value=j.c.type, else_=sa.null()) if timeouts else sa.null()
-        values.update(
-            state="running",
-            started_at=now,
-            deadline=now + sa.func.coalesce(j.c.timeout, by_type),
-            retry_on_timeout=sa.case(retries, value=j.c.type, else_=sa.true())
-            if retries
-            else sa.true(),
-        )
-    return values
-

@@ -34,20 +34,14 @@ from sqlalchemy.engine import Connection
 from sqlalchemy.sql.compiler import SQLCompiler
 
 from readyq.dialects.base import (
-    GROUP,
-    LIMIT,
     PER_GROUP_PARAMS,
+    Dialect,
+    driver_error,
+)
+from readyq.dialects.records import (
     Capabilities,
     ClaimRequest,
-    Dialect,
     Progress,
-    claim_columns,
-    claimed_from_row,
-    done_values,
-    driver_error,
-    group_head_params,
-    group_heads,
-    lease_values,
 )
 from readyq.errors import UnsupportedDatabase
 from readyq.model import ClaimedJob
@@ -57,6 +51,18 @@ from readyq.schema import (
     costed_index_name,
     in_flight_index_name,
     ready_type_index_name,
+)
+from readyq.sql.claims import (
+    GROUP,
+    LIMIT,
+    claim_columns,
+    claimed_from_row,
+    group_head_params,
+    group_heads,
+    lease_values,
+)
+from readyq.sql.leases import (
+    done_values,
 )
 from readyq.sql.ready import (
     by_type_key,

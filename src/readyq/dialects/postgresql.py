@@ -25,24 +25,18 @@ from sqlalchemy.dialects.postgresql.base import PGDialect
 from sqlalchemy.engine import Connection
 
 from readyq.dialects.base import (
-    GROUP,
-    LIMIT,
+    Dialect,
+    ReadyNotifier,
+)
+from readyq.dialects.postgresql_listener import PgListener, channel_for, conninfo_for
+from readyq.dialects.records import (
     Capabilities,
     ClaimReceipt,
     ClaimRequest,
-    Dialect,
     MarkedDone,
     Progress,
-    ReadyNotifier,
-    claim_columns,
-    claim_head,
-    claimed_from_row,
     dependents_from,
-    done_values,
-    lease_values,
-    state_row,
 )
-from readyq.dialects.postgresql_listener import PgListener, channel_for, conninfo_for
 from readyq.errors import ConfigurationError, UnsupportedDatabase
 from readyq.model import ClaimedJob
 from readyq.schema import (
@@ -54,7 +48,18 @@ from readyq.schema import (
     Tables,
     TableTraits,
 )
+from readyq.sql.claims import (
+    GROUP,
+    LIMIT,
+    claim_columns,
+    claim_head,
+    claimed_from_row,
+    lease_values,
+)
 from readyq.sql.jobs import release_dependents
+from readyq.sql.leases import (
+    done_values,
+)
 from readyq.sql.ready import (
     first_ready_type,
     merged_types,
@@ -62,6 +67,9 @@ from readyq.sql.ready import (
     ready_group_walk,
     run_after_passed,
     runnable_head,
+)
+from readyq.sql.resource_state import (
+    state_row,
 )
 
 # Quotes a table's name in the SQL written out as text (as copy_jobs does with the

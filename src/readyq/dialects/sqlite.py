@@ -36,24 +36,30 @@ from sqlalchemy.engine import Connection
 from sqlalchemy.sql import operators
 
 from readyq.dialects.base import (
-    GROUP,
-    LIMIT,
+    Dialect,
+    driver_error,
+)
+from readyq.dialects.records import (
     Capabilities,
     ClaimRequest,
-    Dialect,
-    claim_columns,
-    claim_head,
-    claimed_from_row,
-    done_values,
-    driver_error,
-    group_head_params,
-    group_heads,
-    lease_values,
 )
 from readyq.dialects.sqlite_direct import DirectPlan, DirectResult, plan
 from readyq.errors import DatabaseFileUnusable, UnsupportedDatabase
 from readyq.model import ClaimedJob
 from readyq.schema import COSTED_READY, Tables, costed_index_name
+from readyq.sql.claims import (
+    GROUP,
+    LIMIT,
+    claim_columns,
+    claim_head,
+    claimed_from_row,
+    group_head_params,
+    group_heads,
+    lease_values,
+)
+from readyq.sql.leases import (
+    done_values,
+)
 
 BUSY_TIMEOUT_MS = 5000
 # The pauses between tries of the write lock (see SQLiteDialect.begin_write), seconds.

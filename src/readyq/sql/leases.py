@@ -6,6 +6,8 @@ the given owner (``Dialect._fence``); a fenced-out row is simply not updated.
 
 from __future__ import annotations
 
+from typing import Any
+
 import sqlalchemy as sa
 
 from readyq.model import IN_FLIGHT_STATES
@@ -67,3 +69,16 @@ def fenced_hand_back(
             updated_at=now,
         )
     )
+
+
+def done_values(now: sa.ColumnElement[float], result: Any) -> dict[str, Any]:
+    """The SET clause that ends an attempt done, with its result."""
+    return {
+        "state": "done",
+        "result": result,
+        "error": None,
+        "finished_at": now,
+        "lease_expires": None,
+        "deadline": None,
+        "updated_at": now,
+    }
