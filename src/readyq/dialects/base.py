@@ -48,11 +48,11 @@ from readyq.model import IN_FLIGHT_STATES, ClaimedJob
 from readyq.schema import (
     BULK_COLUMNS,
     BULK_CONSTANTS,
-    GATE_ID,
     ROW_KEYS,
     Tables,
     TableTraits,
 )
+from readyq.sql import claims as claim_sql
 from readyq.sql import jobs as job_sql
 from readyq.sql import leases as lease_sql
 from readyq.sql.claims import claim_columns, claim_head, claimed_from_row, lease_values
@@ -442,21 +442,7 @@ class Dialect(ABC):
         the fair-share history (vfinish, served_seq) of those groups, read in the same
         statements; with ``costed``, jobs that take resources count too. Counting only up
         to the cap makes the cost follow the number of groups, not the backlog."""
-        return self._counts_of_groups(
-            conn, t, self.ready_groups(conn, t, types), now, types, cap, with_history, costed
-        )
-
-    def _counts_of_groups(
-        self,
-        conn: Connection,
-        t: Tables,
-        groups: Sequence[str],
-        now: sa.ColumnElement[float],
-        types: Sequence[str] | None,
-        cap: int,
-        with_history: bool,
-        costed: bool = False,
-    ) -> tuple[dict[str, tuple[int, int]], dict[str, tuple[float, int]]]:
+        groups = self.ready_groups(conn, t, types)
         j, g = t.jobs, t.groups
         shape = None if types is None else tuple(types)
 
@@ -509,7 +495,10 @@ class Dialect(ABC):
     def in_flight(self, conn: Connection, t: Tables) -> dict[str, tuple[int, int]]:
         """group -> (jobs in flight, their largest weight): a range of the in-flight
         index, bounded by the cap."""
-        stmt = self.cached(("in_flight", t.jobs.name), partial(self._in_flight_counts, t))
+        stmt = self.cached(
+            ("in_flight", t.jobs.name),
+            lambda: self._in_flight_read(in_flight_by_group(t, *IN_FLIGHT_STATES), t),
+        )
         return {r.group_key: (int(r.n), int(r.w)) for r in self.execute(conn, stmt)}
 
     def in_flight_and_history(
@@ -526,7 +515,9 @@ class Dialect(ABC):
 
         def build() -> sa.CompoundSelect[Any]:
             g = t.groups
-            counted = self._in_flight_counts(t).subquery("in_flight")
+            counted = self._in_flight_read(
+                in_flight_by_group(t, *IN_FLIGHT_STATES), t
+            ).subquery("in_flight")
             flight = sa.select(
                 sa.literal(0).label("history"), counted.c.group_key,
                 counted.c.n, counted.c.w,
@@ -599,17 +590,9 @@ class Dialect(ABC):
             )
         if inserts:
             conn.execute(sa.insert(g), inserts)
-        self._store_gate_clock(conn, t, progress)
-
-    def _store_gate_clock(self, conn: Connection, t: Tables, progress: Progress) -> None:
         self.execute(
             conn,
-            self.cached(
-                ("gate_progress", t.gate.name),
-                lambda: sa.update(t.gate)
-                .where(t.gate.c.id == GATE_ID)
-                .values(vclock=sa.bindparam("vclock"), seq=sa.bindparam("seq")),
-            ),
+            self.cached(("gate_progress", t.gate.name), partial(claim_sql.gate_clock_update, t)),
             {"vclock": progress.vclock, "seq": progress.seq},
         )
 
@@ -769,7 +752,15 @@ class Dialect(ABC):
                 (int(h.id), h.group_key, h.type, h.uses, int(h.weight), int(h.priority))
                 for h in self.resource_heads(conn, t, now, rest, types)
             )
-            state.history.update(self._history(conn, t, sorted(rest)))
+            g = t.groups
+            names = sorted(rest)
+            for start in range(0, len(names), COUNTS_PER_STATEMENT):
+                chunk = names[start : start + COUNTS_PER_STATEMENT]
+                rows = conn.execute(
+                    sa.select(g.c.group_key, g.c.vfinish, g.c.served_seq)
+                    .where(g.c.group_key.in_(chunk))
+                )
+                state.history.update({x[0]: (float(x[1]), int(x[2])) for x in rows})
         return state
 
     # The most groups whose history and heads one :meth:`resource_state` reads.
@@ -819,20 +810,6 @@ class Dialect(ABC):
             params[f"g{i}"] = key
             params[f"n{i}"] = limit
         return params
-
-    def _history(
-        self, conn: Connection, t: Tables, groups: Sequence[str]
-    ) -> dict[str, tuple[float, int]]:
-        g = t.groups
-        out: dict[str, tuple[float, int]] = {}
-        for start in range(0, len(groups), COUNTS_PER_STATEMENT):
-            chunk = list(groups[start : start + COUNTS_PER_STATEMENT])
-            rows = conn.execute(
-                sa.select(g.c.group_key, g.c.vfinish, g.c.served_seq)
-                .where(g.c.group_key.in_(chunk))
-            )
-            out.update({x[0]: (float(x[1]), int(x[2])) for x in rows})
-        return out
 
     def resource_heads(
         self,
@@ -942,8 +919,9 @@ class Dialect(ABC):
     ) -> int:
         """Move leased jobs (id, token) still held by ``owner`` to running, with a
         deadline ``timeout`` seconds on; return the rows moved."""
+        held = self._pairs_match(t.jobs.c.id, t.jobs.c.lease_token, leases)
         stmt = lease_sql.fenced_start(
-            t, now, self._fence(t, owner, leases), timeout=timeout,
+            t, now, lease_sql.held_by(t, owner, held), timeout=timeout,
             retry_on_timeout=retry_on_timeout,
         )
         return int(conn.execute(stmt).rowcount)
@@ -958,7 +936,8 @@ class Dialect(ABC):
         now: sa.ColumnElement[float],
     ) -> None:
         """Extend by ``ttl`` the leases (id, token) ``owner`` still holds, in flight."""
-        conn.execute(lease_sql.fenced_heartbeat(t, now, self._fence(t, owner, leases), ttl))
+        held = self._pairs_match(t.jobs.c.id, t.jobs.c.lease_token, leases)
+        conn.execute(lease_sql.fenced_heartbeat(t, now, lease_sql.held_by(t, owner, held), ttl))
 
     def hand_back(
         self,
@@ -970,7 +949,8 @@ class Dialect(ABC):
     ) -> int:
         """Put back, uncharged, jobs (id, token) leased by ``owner`` whose cancellation
         nobody asked for; return the rows put back."""
-        stmt = lease_sql.fenced_hand_back(t, now, self._fence(t, owner, leases))
+        held = self._pairs_match(t.jobs.c.id, t.jobs.c.lease_token, leases)
+        stmt = lease_sql.fenced_hand_back(t, now, lease_sql.held_by(t, owner, held))
         return int(conn.execute(stmt).rowcount)
 
     def lease_rows(self, conn: Connection, t: Tables, ids: Sequence[int]) -> list[Any]:
@@ -1083,14 +1063,6 @@ class Dialect(ABC):
         """``(id, token) IN (pairs)``: each row fenced by its own lease token."""
         return sa.tuple_(id_column, token_column).in_(list(pairs))
 
-    def _fence(
-        self, t: Tables, owner: str, leases: Sequence[tuple[int, int]]
-    ) -> sa.ColumnElement[bool]:
-        j = t.jobs
-        return sa.and_(
-            self._pairs_match(j.c.id, j.c.lease_token, leases), j.c.lease_owner == owner
-        )
-
     def _first_ready_type(
         self, t: Tables, types: Sequence[str], *conds: sa.ColumnElement[bool]
     ) -> sa.ScalarSelect[Any]:
@@ -1104,10 +1076,6 @@ class Dialect(ABC):
         """``stmt``, a read of ready jobs of ``types``, as this database reads them
         through the index of ready jobs by type."""
         return stmt
-
-    def _in_flight_counts(self, t: Tables) -> sa.Select[Any]:
-        """(group_key, n, w) of the jobs in flight."""
-        return self._in_flight_read(in_flight_by_group(t, *IN_FLIGHT_STATES), t)
 
     def _in_flight_read(self, stmt: sa.Select[Any], t: Tables) -> sa.Select[Any]:
         """``stmt``, a read of the jobs in flight, as this database reads them through

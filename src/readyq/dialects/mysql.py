@@ -25,6 +25,7 @@ import json
 import math
 import socket
 from collections.abc import Sequence
+from functools import partial
 from typing import Any, ClassVar
 
 import sqlalchemy as sa
@@ -57,6 +58,7 @@ from readyq.sql.claims import (
     LIMIT,
     claim_columns,
     claimed_from_row,
+    gate_clock_update,
     group_head_params,
     group_heads,
     lease_values,
@@ -631,7 +633,11 @@ class MySQLDialect(Dialect):
                 )
             else:
                 conn.exec_driver_sql(compiled.string, params)
-        self._store_gate_clock(conn, t, progress)
+        self.execute(
+            conn,
+            self.cached(("gate_progress", t.gate.name), partial(gate_clock_update, t)),
+            {"vclock": progress.vclock, "seq": progress.seq},
+        )
 
     def _done_update(
         self,

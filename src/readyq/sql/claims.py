@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 import sqlalchemy as sa
 
 from readyq.model import ClaimedJob
-from readyq.schema import FALLBACK_MAX_ATTEMPTS, MAX_ATTEMPTS_FROM_HANDLER, Tables
+from readyq.schema import FALLBACK_MAX_ATTEMPTS, GATE_ID, MAX_ATTEMPTS_FROM_HANDLER, Tables
 from readyq.sql.ready import Part, as_is, claim_order, merged_head, merged_types, runnable
 
 if TYPE_CHECKING:
@@ -174,3 +174,13 @@ def lease_values(t: Tables, req: ClaimRequest, now: sa.ColumnElement[float]) -> 
             else sa.true(),
         )
     return values
+
+
+def gate_clock_update(t: Tables) -> sa.Update:
+    """The UPDATE that stores the fair-share clock in the gate row, ``vclock`` and
+    ``seq`` bound at execution."""
+    return (
+        sa.update(t.gate)
+        .where(t.gate.c.id == GATE_ID)
+        .values(vclock=sa.bindparam("vclock"), seq=sa.bindparam("seq"))
+    )

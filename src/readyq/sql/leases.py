@@ -1,7 +1,8 @@
 """Writes about claimed jobs, each fenced by the lease: the job's owner and token.
 
-``fence`` is the dialect's test that a row is one of the given (id, token) pairs held by
-the given owner (``Dialect._fence``); a fenced-out row is simply not updated.
+``fence`` is the test that a row is one of the given (id, token) pairs held by the given
+owner (:func:`held_by`, with the dialect's ``pairs_match``); a fenced-out row is simply
+not updated.
 """
 
 from __future__ import annotations
@@ -13,6 +14,14 @@ import sqlalchemy as sa
 from readyq.model import IN_FLIGHT_STATES
 from readyq.schema import Tables
 from readyq.sql.ready import state_in
+
+
+def held_by(
+    t: Tables, owner: str, pairs: sa.ColumnElement[bool]
+) -> sa.ColumnElement[bool]:
+    """The fence of a write about claimed jobs: ``pairs``, the test that a row is one of
+    the (id, token) leases, and the lease held by ``owner``."""
+    return sa.and_(pairs, t.jobs.c.lease_owner == owner)
 
 
 def fenced_start(
