@@ -258,9 +258,9 @@ def test_claim_skips_rows_locked_by_another_transaction(
 
 def test_mysql_in_flight_count_is_held_to_the_in_flight_index() -> None:
     d = MySQLDialect((10, 11, 19), is_mariadb=True)
-    sql = compiled(d._in_flight_read(in_flight_by_group(T, *IN_FLIGHT_STATES), T),
+    sql = compiled(d.in_flight_read(in_flight_by_group(T, *IN_FLIGHT_STATES), T),
                    mysql.dialect())
     assert "FROM READYQ_JOBS FORCE INDEX (READYQ_JOBS_STATE_LEASE_EXPIRES_IX)" in sql
     assert "STATE IN ('LEASED', 'RUNNING')" in sql
-    pg = PostgresDialect((16,))._in_flight_read(in_flight_by_group(T, *IN_FLIGHT_STATES), T)
+    pg = PostgresDialect((16,)).in_flight_read(in_flight_by_group(T, *IN_FLIGHT_STATES), T)
     assert "FORCE INDEX" not in compiled(pg, postgresql.dialect())

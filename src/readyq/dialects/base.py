@@ -13,6 +13,9 @@ Three kinds of members, told apart in the code:
 * portable operations with a default here, which a database may override with a faster
   form (PostgreSQL loads many rows with ``COPY``, reads the runnable counts in one
   statement, ...);
+* the forms of a few statements the portable operations share (how a list of ids is
+  bound, how a read reaches an index, the read of the groups of a resource claim),
+  each with a portable default and a docstring saying what an override must return;
 * optional abilities that only some databases have, each a :class:`typing.Protocol`
   (:class:`RecordsProgressInClaim`, :class:`Notifies`), checked with ``isinstance``.
 
@@ -322,7 +325,7 @@ class Dialect(ABC):
             ("dependents", d.name),
             lambda: sa.select(d.c.job_id, j.c.is_container)
             .select_from(d.join(j, j.c.id == d.c.job_id))
-            .where(self._ids_in(d.c.depends_on_id, "ids")),
+            .where(self.ids_in(d.c.depends_on_id, "ids")),
         )
         return dependents_from(self.execute(conn, stmt, {"ids": list(ids)}))
 
@@ -343,7 +346,7 @@ class Dialect(ABC):
             notifier.send(conn)
         release = self.cached(
             ("release", t.jobs.name),
-            partial(job_sql.release_dependents, t, now, partial(self._ids_in, name="r_ids")),
+            partial(job_sql.release_dependents, t, now, partial(self.ids_in, name="r_ids")),
         )
         for n, ids in sorted(by_count.items()):
             self.execute(conn, release, {"r_ids": sorted(ids), "r_n": n})
@@ -374,7 +377,7 @@ class Dialect(ABC):
                 )
             # Through the index that holds the ready jobs by type: a min(), which needs
             # no pinned order.
-            first = self._first_ready_type(
+            first = self.first_ready_type(
                 t, types, sa.or_(j.c.run_after.is_(None), j.c.run_after <= now),
                 *(() if costed else (no_costs(t),)),
             )
@@ -400,7 +403,7 @@ class Dialect(ABC):
                     sa.select(j.c.id).where(state_in(t, "ready"))
                 )
             else:
-                ready = self._first_ready_type(t, types).is_not(None)
+                ready = self.first_ready_type(t, types).is_not(None)
             return sa.select(
                 sa.or_(
                     ready,
@@ -451,7 +454,7 @@ class Dialect(ABC):
             for i in range(n):
                 key = sa.bindparam(f"g{i}", type_=j.c.group_key.type)
                 cap_param = sa.bindparam("cap", type_=sa.Integer)
-                head = self._by_type(
+                head = self.ready_by_type_read(
                     runnable_head(t, now, key, types, cap_param, costed), t, types
                 )
                 counted = head.subquery()
@@ -497,7 +500,7 @@ class Dialect(ABC):
         index, bounded by the cap."""
         stmt = self.cached(
             ("in_flight", t.jobs.name),
-            lambda: self._in_flight_read(in_flight_by_group(t, *IN_FLIGHT_STATES), t),
+            lambda: self.in_flight_read(in_flight_by_group(t, *IN_FLIGHT_STATES), t),
         )
         return {r.group_key: (int(r.n), int(r.w)) for r in self.execute(conn, stmt)}
 
@@ -515,7 +518,7 @@ class Dialect(ABC):
 
         def build() -> sa.CompoundSelect[Any]:
             g = t.groups
-            counted = self._in_flight_read(
+            counted = self.in_flight_read(
                 in_flight_by_group(t, *IN_FLIGHT_STATES), t
             ).subquery("in_flight")
             flight = sa.select(
@@ -606,7 +609,7 @@ class Dialect(ABC):
 
         def build() -> sa.Select[Any]:
             j = t.jobs
-            return self._in_flight_read(
+            return self.in_flight_read(
                 sa.select(
                     j.c.group_key, j.c.uses, sa.func.count().label("n"),
                     sa.func.max(j.c.weight).label("w"),
@@ -635,7 +638,7 @@ class Dialect(ABC):
         n = len(groups) if len(groups) <= PER_GROUP_PARAMS else None
 
         def build() -> sa.CompoundSelect[Any]:
-            flight = self._in_flight_read(
+            flight = self.in_flight_read(
                 sa.select(*state_row(t, 0, group_key=j.c.group_key, uses=j.c.uses,
                                      n=sa.func.count(), w=sa.func.max(j.c.weight)))
                 .where(state_in(t, *IN_FLIGHT_STATES))
@@ -645,7 +648,7 @@ class Dialect(ABC):
             # Each probe as a derived table: SQLite takes no LIMIT on the members of a
             # compound select.
             one_reservation = sa.select(r.c.job_id).limit(1).subquery("rq_reserved")
-            one_costed = self._costed_probe(t, types).subquery("rq_costed")
+            one_costed = self.costed_probe(t, types).subquery("rq_costed")
             parts: list[sa.Select[Any]] = [
                 flight,
                 sa.select(*state_row(t, 1, job_id=one_reservation.c.job_id)),
@@ -685,11 +688,16 @@ class Dialect(ABC):
                 costed = True
         return out._replace(reserved=reserved, costed=costed)
 
-    def _costed_probe(
+    def costed_probe(
         self, t: Tables, types: Sequence[str] | None
     ) -> sa.Select[Any] | sa.TextualSelect:
-        """The id of one ready job of ``types`` with costs of their own, if any, read
-        through the index that holds only those (a dialect may hold the read to it)."""
+        """A read of the ``id`` of one ready job of ``types`` that has costs of its own
+        (:func:`readyq.sql.ready.costed_of_types`), no row when there is none;
+        :meth:`resource_flight` takes it as a derived table.
+
+        An override must return a select of that one column with the same rows, and may
+        only change how the database reaches them (hold it to the index that holds only
+        those jobs, which stays small while statistics may say otherwise)."""
         j = t.jobs
         return sa.select(j.c.id).where(costed_of_types(t, types)).limit(1)
 
@@ -706,11 +714,11 @@ class Dialect(ABC):
         the groups of ``heads`` and their first jobs (:meth:`resource_heads`). For more
         groups than one statement holds, the heads of the rest are read on their own."""
         j, r = t.jobs, t.reservations
-        first = dict(list(sorted(heads.items()))[: self._groups_per_state_read])
-        shape = self._state_groups_shape(len(first))
+        first = dict(list(sorted(heads.items()))[: self.groups_per_state_read])
+        shape = self.state_groups_shape(len(first))
 
         def build() -> sa.CompoundSelect[Any]:
-            flight = self._in_flight_read(
+            flight = self.in_flight_read(
                 sa.select(*state_row(t, 0, group_key=j.c.group_key, uses=j.c.uses,
                                      n=sa.func.count(), w=sa.func.max(j.c.weight)))
                 .where(state_in(t, *IN_FLIGHT_STATES))
@@ -722,12 +730,12 @@ class Dialect(ABC):
                 t, 1, group_key=j.c.group_key, uses=r.c.uses, w=j.c.weight, job_id=r.c.job_id,
                 seq=r.c.seq, state=j.c.state, type=j.c.type, due=due,
             )).select_from(r.outerjoin(j, j.c.id == r.c.job_id))
-            return sa.union_all(flight, reserved, *self._state_groups(t, now, types, shape))
+            return sa.union_all(flight, reserved, *self.state_groups(t, now, types, shape))
 
         stmt = self.cached(
             ("resource_state", j.name, None if types is None else tuple(types), shape), build
         )
-        params = self._state_groups_params(first)
+        params = self.state_groups_params(first)
         state = ResourceState([], [], {}, [])
         heads_out, flight_out = state.heads, state.flight
         # Positional: the columns of ``state_row`` in order (kind, group_key, uses, n, w, job_id,
@@ -763,23 +771,36 @@ class Dialect(ABC):
                 state.history.update({x[0]: (float(x[1]), int(x[2])) for x in rows})
         return state
 
-    # The most groups whose history and heads one :meth:`resource_state` reads.
-    _groups_per_state_read: ClassVar[int] = COUNTS_PER_STATEMENT
+    groups_per_state_read: ClassVar[int] = COUNTS_PER_STATEMENT
+    """The most groups whose history and heads one :meth:`resource_state` reads; the
+    heads of the others are read by :meth:`resource_heads`."""
 
-    def _state_groups_shape(self, n: int) -> int:
-        """What of ``n`` groups shapes :meth:`_state_groups`: here one read per group."""
+    def state_groups_shape(self, n: int) -> int:
+        """What of ``n`` groups (at most :attr:`groups_per_state_read`) shapes the text
+        of :meth:`state_groups`'s parts, the key their statement is cached under.
+
+        An override returns 0 for no group, and for more the number :meth:`state_groups`
+        takes as its ``n``: here ``n`` itself (one read per group); a database that binds
+        every group in one parameter returns 1."""
         return n
 
-    def _state_groups(
+    def state_groups(
         self,
         t: Tables,
         now: sa.ColumnElement[float],
         types: Sequence[str] | None,
         n: int,
     ) -> list[sa.Select[Any]]:
-        """The parts of :meth:`resource_state` for ``n`` groups, bound as ``g{i}`` and
-        ``n{i}`` (:meth:`_state_groups_params`): their history, and a read of each
-        one's first jobs."""
+        """The parts of :meth:`resource_state`'s ``UNION ALL`` that read the groups, ``n``
+        as :meth:`state_groups_shape` gave it, the groups bound by
+        :meth:`state_groups_params`.
+
+        An override must return selects of :func:`readyq.sql.resource_state.state_row`
+        rows: kind 2 (``group_key``, ``n`` the served_seq, ``vf`` the vfinish) for each
+        bound group with a history, and kind 3 (``job_id``, ``group_key``, ``type``,
+        ``uses``, ``w``, ``priority``) for each group's first runnable jobs, up to its
+        bound limit, jobs that take resources included; no part for ``n == 0``. Here one
+        read per group, bound as ``g{i}`` and ``n{i}``."""
         if not n:
             return []
         j, g = t.jobs, t.groups
@@ -793,10 +814,10 @@ class Dialect(ABC):
         for i in range(n):
             head = claim_head(
                 t, now, keys[i], types, sa.bindparam(f"n{i}", type_=sa.Integer), *columns,
-                part=lambda stmt, type_: self._by_type(stmt, t, [type_]), costed=True,
+                part=lambda stmt, type_: self.ready_by_type_read(stmt, t, [type_]), costed=True,
             )
             if merged_types(types) is None:
-                head = self._by_type(head, t, types)
+                head = self.ready_by_type_read(head, t, types)
             sub = head.subquery(f"rq_head{i}")
             parts.append(sa.select(*state_row(
                 t, 3, group_key=sub.c.group_key, uses=sub.c.uses, w=sub.c.weight,
@@ -804,7 +825,10 @@ class Dialect(ABC):
             )))
         return parts
 
-    def _state_groups_params(self, heads: Mapping[str, int]) -> dict[str, Any]:
+    def state_groups_params(self, heads: Mapping[str, int]) -> dict[str, Any]:
+        """The parameters of :meth:`state_groups`'s parts for ``heads`` (group -> how
+        many of its first jobs to read): an override binds them under the names its
+        :meth:`state_groups` uses."""
         params: dict[str, Any] = {}
         for i, (key, limit) in enumerate(heads.items()):
             params[f"g{i}"] = key
@@ -832,10 +856,10 @@ class Dialect(ABC):
                 head = claim_head(
                     t, now, sa.bindparam(f"g{i}", type_=j.c.group_key.type), types,
                     sa.bindparam(f"n{i}", type_=sa.Integer), *columns,
-                    part=lambda stmt, type_: self._by_type(stmt, t, [type_]), costed=True,
+                    part=lambda stmt, type_: self.ready_by_type_read(stmt, t, [type_]), costed=True,
                 )
                 if merged_types(types) is None:
-                    head = self._by_type(head, t, types)
+                    head = self.ready_by_type_read(head, t, types)
                 sub = head.subquery(f"rq_head{i}")
                 parts.append(sa.select(*sub.c))
             return parts[0] if size == 1 else sa.union_all(*parts)
@@ -872,7 +896,7 @@ class Dialect(ABC):
         j = t.jobs
 
         def still() -> sa.ColumnElement[bool]:
-            return sa.and_(self._ready_ids(t, "rq_ids"), run_after_passed(t, now))
+            return sa.and_(self.ready_ids(t, "rq_ids"), run_after_passed(t, now))
 
         # Built once per shape of the request, the ids bound at execution.
         params = {"rq_owner": req.owner, "rq_ttl": req.ttl, "rq_ids": list(ids)}
@@ -898,7 +922,7 @@ class Dialect(ABC):
         update = self.cached(
             ("claim_ids_write", j.name, req.shape()),
             lambda: sa.update(j)
-            .where(self._ids_in(j.c.id, "rq_ids"))
+            .where(self.ids_in(j.c.id, "rq_ids"))
             .values(**lease_values(t, req, now)),
         )
         self.execute(conn, update, {**params, "rq_ids": [r[0] for r in rows]})
@@ -919,7 +943,7 @@ class Dialect(ABC):
     ) -> int:
         """Move leased jobs (id, token) still held by ``owner`` to running, with a
         deadline ``timeout`` seconds on; return the rows moved."""
-        held = self._pairs_match(t.jobs.c.id, t.jobs.c.lease_token, leases)
+        held = self.pairs_match(t.jobs.c.id, t.jobs.c.lease_token, leases)
         stmt = lease_sql.fenced_start(
             t, now, lease_sql.held_by(t, owner, held), timeout=timeout,
             retry_on_timeout=retry_on_timeout,
@@ -936,7 +960,7 @@ class Dialect(ABC):
         now: sa.ColumnElement[float],
     ) -> None:
         """Extend by ``ttl`` the leases (id, token) ``owner`` still holds, in flight."""
-        held = self._pairs_match(t.jobs.c.id, t.jobs.c.lease_token, leases)
+        held = self.pairs_match(t.jobs.c.id, t.jobs.c.lease_token, leases)
         conn.execute(lease_sql.fenced_heartbeat(t, now, lease_sql.held_by(t, owner, held), ttl))
 
     def hand_back(
@@ -949,7 +973,7 @@ class Dialect(ABC):
     ) -> int:
         """Put back, uncharged, jobs (id, token) leased by ``owner`` whose cancellation
         nobody asked for; return the rows put back."""
-        held = self._pairs_match(t.jobs.c.id, t.jobs.c.lease_token, leases)
+        held = self.pairs_match(t.jobs.c.id, t.jobs.c.lease_token, leases)
         stmt = lease_sql.fenced_hand_back(t, now, lease_sql.held_by(t, owner, held))
         return int(conn.execute(stmt).rowcount)
 
@@ -975,23 +999,28 @@ class Dialect(ABC):
         """Mark (id, token, result) rows done in one UPDATE, each fenced by its own lease
         (and ``state = 'running'``); when every row was marked, read the batch's
         dependents too."""
-        stmt, params = self._done_update(t, owner, rows, now)
+        stmt, params = self.done_update(t, owner, rows, now)
         count = int(self.execute(conn, stmt, params).rowcount)
         if count != len(rows):
             return MarkedDone(count, None)
         return MarkedDone(count, self.dependents_of(conn, t, [r[0] for r in rows]))
 
     @abstractmethod
-    def _done_update(
+    def done_update(
         self,
         t: Tables,
         owner: str,
         rows: Sequence[tuple[int, int, str | None]],
         now: sa.ColumnElement[float],
     ) -> tuple[sa.Update, dict[str, Any]]:
-        """The UPDATE that marks (id, token, result) rows done, setting
-        :func:`readyq.sql.leases.done_values`, built once (the batch travels as one
-        parameter), and its parameters."""
+        """The UPDATE that marks (id, token, result) rows done, and its parameters, for
+        :meth:`mark_done`.
+
+        Every database writes its own: the statement must be built once (cached, the
+        batch travelling as bound values whatever its length), set
+        :func:`readyq.sql.leases.done_values` with each row's own result, and touch only
+        the rows whose id, ``lease_token`` and ``lease_owner == owner`` match and whose
+        state is ``running``, so that its row count is the number of rows marked."""
 
     # -- errors -------------------------------------------------------------------------
 
@@ -1030,6 +1059,8 @@ class Dialect(ABC):
         return self.error_code(exc) in self.refusal_codes
 
     # -- forms of the statements above, overridden where a database has better ones ----
+    # Each is part of the contract: tests/dialects/test_conformance.py runs every
+    # dialect's form on its database and checks the rows it selects.
 
     def octets(self, column: sa.ColumnElement[Any]) -> sa.ColumnElement[int]:
         """The size of a text column's value in bytes (UTF-8), not in characters: what a
@@ -1045,41 +1076,54 @@ class Dialect(ABC):
         (ids)``: MySQL's driver writes the values into the statement's text."""
         return column.in_(list(ids))
 
-    def _ids_in(self, column: sa.ColumnElement[Any], name: str) -> sa.ColumnElement[bool]:
-        """``column IN (:name)`` for a statement built once: the list is bound at
-        execution (``{name: ids}``)."""
+    def ids_in(self, column: sa.ColumnElement[Any], name: str) -> sa.ColumnElement[bool]:
+        """``column`` is one of the ids bound at execution as ``{name: [ids]}``, for a
+        statement built once (:meth:`cached`).
+
+        An override must accept a list of any length under that one name and select the
+        same rows; here an expanding ``IN``, whose text is rendered at each execution."""
         return column.in_(sa.bindparam(name, expanding=True))
 
-    def _ready_ids(self, t: Tables, name: str) -> sa.ColumnElement[bool]:
-        """The jobs of the ids bound as ``name`` (:meth:`_ids_in`) that are ready."""
-        return sa.and_(self._ids_in(t.jobs.c.id, name), state_in(t, "ready"))
+    def ready_ids(self, t: Tables, name: str) -> sa.ColumnElement[bool]:
+        """The jobs of the ids bound as ``name`` (as for :meth:`ids_in`) whose state is
+        ``ready``. An override must select the same rows, and may only change how the
+        database finds them (by the primary key, not the ready index)."""
+        return sa.and_(self.ids_in(t.jobs.c.id, name), state_in(t, "ready"))
 
-    def _pairs_match(
+    def pairs_match(
         self,
         id_column: sa.ColumnElement[Any],
         token_column: sa.ColumnElement[Any],
         pairs: Sequence[tuple[int, int]],
     ) -> sa.ColumnElement[bool]:
-        """``(id, token) IN (pairs)``: each row fenced by its own lease token."""
+        """The rows whose (``id_column``, ``token_column``) is one of ``pairs``, the test
+        under every fenced write (:func:`readyq.sql.leases.held_by`): each row fenced by
+        its own lease token, never the id alone. An override must select exactly those
+        rows for any number of pairs; here ``(id, token) IN (pairs)``."""
         return sa.tuple_(id_column, token_column).in_(list(pairs))
 
-    def _first_ready_type(
+    def first_ready_type(
         self, t: Tables, types: Sequence[str], *conds: sa.ColumnElement[bool]
     ) -> sa.ScalarSelect[Any]:
-        """One of ``types`` that has a ready job meeting ``conds``, or NULL: one probe of
-        the index of ready jobs by type (:func:`readyq.sql.ready.first_ready_type`)."""
+        """A scalar subquery: one of ``types`` that has a ready job meeting ``conds``, or
+        NULL when none has (:func:`readyq.sql.ready.first_ready_type`).
+
+        An override must give NULL exactly when no ready job of ``types`` meets
+        ``conds``, reading the index of ready jobs by type rather than the table."""
         return first_ready_type(t, types, *conds)
 
-    def _by_type(
+    def ready_by_type_read(
         self, stmt: sa.Select[Any], t: Tables, types: Sequence[str] | None
     ) -> sa.Select[Any]:
         """``stmt``, a read of ready jobs of ``types``, as this database reads them
-        through the index of ready jobs by type."""
+        through the index of ready jobs by type. An override must return a select of the
+        same columns and rows (an index hint, say); here ``stmt`` itself."""
         return stmt
 
-    def _in_flight_read(self, stmt: sa.Select[Any], t: Tables) -> sa.Select[Any]:
+    def in_flight_read(self, stmt: sa.Select[Any], t: Tables) -> sa.Select[Any]:
         """``stmt``, a read of the jobs in flight, as this database reads them through
-        the in-flight index."""
+        the in-flight index. An override must return a select of the same columns and
+        rows (an index hint, say); here ``stmt`` itself."""
         return stmt
 
 

@@ -357,12 +357,13 @@ class MySQLDialect(Dialect):
                 return keys
             keys.append(key)
 
-    def _by_type(
+    def ready_by_type_read(
         self, stmt: sa.Select[Any], t: Tables, types: Sequence[str] | None
     ) -> sa.Select[Any]:
+        """Held to the index of ready jobs by type (:func:`_by_type` says why)."""
         return _by_type(stmt, t, types)
 
-    def _in_flight_read(self, stmt: sa.Select[Any], t: Tables) -> sa.Select[Any]:
+    def in_flight_read(self, stmt: sa.Select[Any], t: Tables) -> sa.Select[Any]:
         """A read of the jobs in flight, held to the (state, lease_expires) index.
 
         Left to itself, the optimizer estimates the ``state IN ('leased', 'running')``
@@ -373,16 +374,16 @@ class MySQLDialect(Dialect):
         index = in_flight_index_name(t.jobs.name)
         return stmt.with_hint(t.jobs, f"FORCE INDEX ({index})")
 
-    def _costed_probe(
+    def costed_probe(
         self, t: Tables, types: Sequence[str] | None
     ) -> sa.Select[Any] | sa.TextualSelect:
         """Held to the index of ``costed_type``, which holds a few rows or none: statistics
         taken while it held many must not turn the probe into a scan."""
-        probe = super()._costed_probe(t, types)
+        probe = super().costed_probe(t, types)
         assert isinstance(probe, sa.Select)
         return probe.with_hint(t.jobs, f"FORCE INDEX ({costed_index_name(t.jobs.name)})")
 
-    def _first_ready_type(
+    def first_ready_type(
         self, t: Tables, types: Sequence[str], *conds: sa.ColumnElement[bool]
     ) -> sa.ScalarSelect[Any]:
         """``SELECT ready_type ... FORCE INDEX (<ready by type>) ... LIMIT 1``.
@@ -639,7 +640,7 @@ class MySQLDialect(Dialect):
             {"vclock": progress.vclock, "seq": progress.seq},
         )
 
-    def _done_update(
+    def done_update(
         self,
         t: Tables,
         owner: str,
