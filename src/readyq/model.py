@@ -307,7 +307,7 @@ class ClaimedJob(NamedTuple):
     """A job claimed by a worker: what it needs to run it and to fence its writes.
 
     A named tuple: built for every claimed row, in the order of the claim's columns
-    (see ``readyq.dialects.base.claim_columns``), so building one costs a tuple.
+    (see ``readyq.sql.claims.claim_columns``), so building one costs a tuple.
     """
 
     id: int

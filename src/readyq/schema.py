@@ -215,7 +215,7 @@ GATE_ID = 1
 ANY = ""
 
 # ``max_attempts`` of a job enqueued without one: the handler's registration decides,
-# in the claim that first runs the job (``readyq.dialects.base.lease_values``).
+# in the claim that first runs the job (``readyq.sql.claims.lease_values``).
 MAX_ATTEMPTS_FROM_HANDLER = 0
 # What such a job gets when the claim knows no handler for its type.
 FALLBACK_MAX_ATTEMPTS = 3

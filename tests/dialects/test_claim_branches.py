@@ -12,7 +12,9 @@ import readyq
 from readyq.claim_order import ClaimOrder
 from readyq.dialects import ClaimRequest, MySQLDialect, PostgresDialect, SQLiteDialect
 from readyq.dialects.mysql import check_version
+from readyq.model import IN_FLIGHT_STATES
 from readyq.schema import build_tables
+from readyq.sql.ready import in_flight_by_group
 
 T = build_tables("readyq_")
 REQ = ClaimRequest(owner="w", group="g", limit=7, ttl=30.0, types=["a", "b"])
@@ -261,8 +263,9 @@ def test_claim_skips_rows_locked_by_another_transaction(
 
 def test_mysql_in_flight_count_is_held_to_the_in_flight_index() -> None:
     d = MySQLDialect((10, 11, 19), is_mariadb=True)
-    sql = compiled(d._in_flight_counts(T), mysql.dialect())
+    sql = compiled(d.in_flight_read(in_flight_by_group(T, *IN_FLIGHT_STATES), T),
+                   mysql.dialect())
     assert "FROM READYQ_JOBS FORCE INDEX (READYQ_JOBS_STATE_LEASE_EXPIRES_IX)" in sql
     assert "STATE IN ('LEASED', 'RUNNING')" in sql
-    assert "FORCE INDEX" not in compiled(PostgresDialect((16,))._in_flight_counts(T),
-                                         postgresql.dialect())
+    pg = PostgresDialect((16,)).in_flight_read(in_flight_by_group(T, *IN_FLIGHT_STATES), T)
+    assert "FORCE INDEX" not in compiled(pg, postgresql.dialect())

@@ -27,8 +27,9 @@ from readyq.dialects import (
     RecordsProgressInClaim,
     dialect_class,
 )
-from readyq.model import JobState
+from readyq.model import IN_FLIGHT_STATES, JobState
 from readyq.schema import GATE_ID, Tables
+from readyq.sql.ready import in_flight_by_group, ready_of_type
 from readyq.store import NewJob, StoreContext
 from readyq.store.enqueue import row_values
 
@@ -47,6 +48,10 @@ COVERED = {
     "is_permanent", "is_refusal", "database", "driver_hint", "in_flight_uses",
     "resource_heads", "claim_ids", "resource_state", "resource_flight", "server_text",
     "match_ids", "same_database", "octets",
+    # The forms of statements the operations share, each overridable by a database.
+    "ids_in", "ready_ids", "pairs_match", "first_ready_type", "ready_by_type_read",
+    "in_flight_read", "costed_probe", "state_groups_shape", "state_groups",
+    "state_groups_params", "groups_per_state_read", "done_update",
 }
 
 
@@ -466,6 +471,135 @@ def test_mark_done_fences_each_row_and_reads_the_dependents(seam: Seam) -> None:
     again = seam.d.mark_done(seam.conn, seam.t, OWNER, [(ca.id, ca.lease_token, "1")],
                              seam.now)
     assert again.marked == 0 and again.dependents is None  # no longer running: fenced
+
+
+# -- the forms of statements the operations share -------------------------------------------
+
+
+def test_ids_in_binds_a_list_of_any_length_at_execution(seam: Seam) -> None:
+    ids = seam.add(3)
+    j = seam.t.jobs
+    stmt = seam.d.cached(
+        ("conformance_ids_in", j.name),
+        lambda: sa.select(j.c.id).where(seam.d.ids_in(j.c.id, "x")).order_by(j.c.id),
+    )
+    for wanted, found in (([ids[0], ids[2]], [ids[0], ids[2]]), ([ids[1]], [ids[1]]),
+                          ([*ids, *range(10**9, 10**9 + 1000)], ids), ([], [])):
+        assert list(seam.d.execute(seam.conn, stmt, {"x": wanted}).scalars()) == found
+
+
+def test_ready_ids_selects_the_ready_jobs_among_the_ids(seam: Seam) -> None:
+    ready = seam.add(2)
+    waiting = seam.add(1, state=JobState.WAITING, pending=1)
+    j = seam.t.jobs
+    stmt = sa.select(j.c.id).where(seam.d.ready_ids(seam.t, "x")).order_by(j.c.id)
+    found = seam.d.execute(seam.conn, stmt, {"x": [ready[1], *waiting, 10**9]}).scalars()
+    assert list(found) == [ready[1]]
+
+
+def test_pairs_match_fences_each_row_by_its_own_token(seam: Seam) -> None:
+    seam.add(3)
+    a, b, c = seam.claim(3)
+    j = seam.t.jobs
+    pairs = [(a.id, a.lease_token), (b.id, b.lease_token + 1), (c.id, c.lease_token)]
+    stmt = sa.select(j.c.id).where(seam.d.pairs_match(j.c.id, j.c.lease_token, pairs))
+    assert sorted(seam.conn.execute(stmt).scalars()) == sorted([a.id, c.id])
+    one = sa.select(j.c.id).where(
+        seam.d.pairs_match(j.c.id, j.c.lease_token, [(b.id, b.lease_token)])
+    )
+    assert list(seam.conn.execute(one).scalars()) == [b.id]
+
+
+def test_first_ready_type_is_null_exactly_when_no_ready_job_of_the_types_qualifies(
+    seam: Seam,
+) -> None:
+    seam.add(1, type="t", priority=1)
+    seam.add(1, type="w", state=JobState.WAITING, pending=1)
+    j = seam.t.jobs
+
+    def probe(types: list[str], *conds: sa.ColumnElement[bool]) -> Any:
+        return seam.conn.execute(
+            sa.select(seam.d.first_ready_type(seam.t, types, *conds))
+        ).scalar()
+
+    assert probe(["t"]) == "t" and probe(["t", "u"]) == "t"
+    assert probe(["u", "w"]) is None  # w has a job, but not a ready one
+    assert probe(["t"], j.c.priority > 1) is None
+    assert probe(["t", "u"], j.c.priority >= 1) == "t"
+
+
+def test_ready_by_type_read_reads_the_same_rows(seam: Seam) -> None:
+    ids = seam.add(2, type="t", group="a")
+    seam.add(1, type="u", group="a")
+    seam.add(1, type="t", state=JobState.WAITING, pending=1)
+    j = seam.t.jobs
+    read = sa.select(j.c.id, j.c.type).where(ready_of_type(seam.t, "t")).order_by(j.c.id)
+    for types in (["t"], ["t", "u"], None):
+        rows = seam.conn.execute(seam.d.ready_by_type_read(read, seam.t, types)).all()
+        assert [tuple(r) for r in rows] == [(i, "t") for i in ids]
+
+
+def test_in_flight_read_reads_the_same_rows(seam: Seam) -> None:
+    seam.add(2, group="a", weight=2)
+    seam.add(1, group="b")
+    seam.claim(2, group="a")
+    read = seam.d.in_flight_read(in_flight_by_group(seam.t, *IN_FLIGHT_STATES), seam.t)
+    assert [tuple(r) for r in seam.conn.execute(read)] == [("a", 2, 2)]
+
+
+def test_costed_probe_finds_one_ready_job_with_costs_of_its_own(seam: Seam) -> None:
+    seam.add(1, type="t")
+    seam.add(1, type="t", uses='{"gpu":1}', state=JobState.WAITING, pending=1)
+
+    def probe(types: list[str] | None) -> list[Any]:
+        return list(seam.conn.execute(seam.d.costed_probe(seam.t, types)).scalars())
+
+    assert probe(["t"]) == [] and probe(None) == []
+    costed = seam.add(2, type="u", uses='{"gpu":1}')
+    assert probe(["t"]) == []
+    for types in (["u"], ["t", "u"], None):
+        found = probe(types)
+        assert len(found) == 1 and found[0] in costed
+
+
+def test_state_groups_read_the_history_and_first_jobs_of_the_groups_bound(
+    seam: Seam,
+) -> None:
+    d = seam.d
+    assert d.groups_per_state_read >= 1
+    assert d.state_groups_shape(0) == 0
+    assert d.state_groups(seam.t, seam.now, ["t"], 0) == []
+    a = seam.add(3, group="a", uses='{"gpu":1}')
+    b = seam.add(1, group="b", weight=4, priority=2)
+    seam.add(1, group="c")  # not asked for
+    seam.conn.execute(sa.insert(seam.t.groups).values(group_key="b", vfinish=1.5, served_seq=9))
+    heads = {"a": 2, "b": 5}
+    for types in (["t"], ["t", "u"], None):
+        parts = d.state_groups(seam.t, seam.now, types, d.state_groups_shape(len(heads)))
+        stmt = parts[0] if len(parts) == 1 else sa.union_all(*parts)
+        rows = seam.conn.execute(stmt, d.state_groups_params(heads)).all()
+        history = {r.group_key: (float(r.vf), int(r.n)) for r in rows if r.kind == 2}
+        got = sorted((r.job_id, r.group_key, r.type, r.uses, r.w, r.priority)
+                     for r in rows if r.kind == 3)
+        assert history == {"b": (1.5, 9)}
+        assert got == [(a[0], "a", "t", '{"gpu":1}', 1, 0), (a[1], "a", "t", '{"gpu":1}', 1, 0),
+                       (b[0], "b", "t", None, 4, 2)]
+
+
+def test_done_update_marks_the_rows_whose_lease_still_holds(seam: Seam) -> None:
+    seam.add(3)
+    a, b, c = seam.claim(3)
+    rows = [(a.id, a.lease_token, json.dumps({"r": 1})), (b.id, b.lease_token + 1, "2"),
+            (c.id, c.lease_token, "null")]
+    stmt, params = seam.d.done_update(seam.t, OWNER, rows, seam.now)
+    assert seam.d.done_update(seam.t, OWNER, rows[:1], seam.now)[0] is stmt  # built once
+    assert seam.d.execute(seam.conn, stmt, params).rowcount == 2
+    assert (seam.row(a.id).state, json.loads(seam.row(a.id).result)) == ("done", {"r": 1})
+    assert seam.row(c.id).state == "done" and seam.row(c.id).lease_expires is None
+    assert seam.row(b.id).state == "running"  # its token did not match: fenced out
+    stmt, params = seam.d.done_update(seam.t, "someone else", [(b.id, b.lease_token, "1")],
+                                      seam.now)
+    assert seam.d.execute(seam.conn, stmt, params).rowcount == 0
 
 
 # -- errors ------------------------------------------------------------------------------

@@ -126,3 +126,28 @@ def test_no_database_name_tests_outside_the_dialects_and_the_ddl() -> None:
             if DATABASE_TEST.search(line):
                 offenders.append(f"{rel}:{n}: {line.strip()}")
     assert offenders == []
+
+
+def test_the_seams_records_are_plain_values() -> None:
+    """``readyq.dialects.records`` builds no SQL and runs nothing: it imports no
+    SQLAlchemy and, of readyq, only the model."""
+    modules = _modules()
+    tree = modules["readyq.dialects.records"]
+    assert _imports("readyq.dialects.records", tree, set(modules)) <= {"readyq.model"}
+    imported = {a.name.split(".")[0] for node in ast.walk(tree) if isinstance(node, ast.Import)
+                for a in node.names}
+    imported |= {(node.module or "").split(".")[0] for node in ast.walk(tree)
+                 if isinstance(node, ast.ImportFrom)}
+    assert "sqlalchemy" not in imported
+
+
+def test_sql_builders_do_not_depend_on_the_dialects() -> None:
+    """``readyq.sql`` builds statements the dialects complete: it names the seam's
+    records in annotations only, so the dialects always import it, never the reverse."""
+    modules = _modules()
+    offenders = {
+        name: sorted(m for m in _imports(name, tree, set(modules))
+                     if m.startswith("readyq.dialects"))
+        for name, tree in modules.items() if name.startswith("readyq.sql")
+    }
+    assert {k: v for k, v in offenders.items() if v} == {}

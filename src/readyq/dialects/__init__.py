@@ -12,23 +12,25 @@ from typing import Any, cast
 from sqlalchemy.engine import Connection, Engine
 
 from readyq.dialects.base import (
-    Capabilities,
-    ClaimReceipt,
-    ClaimRequest,
-    Dependents,
     Dialect,
     Listener,
-    MarkedDone,
     Notifies,
-    Progress,
     ReadyNotifier,
     RecordsProgressInClaim,
-    ResourceFlight,
-    ResourceState,
 )
 from readyq.dialects.lookalikes import lookalike_problem
 from readyq.dialects.mysql import MySQLDialect
 from readyq.dialects.postgresql import PostgresDialect
+from readyq.dialects.records import (
+    Capabilities,
+    ClaimReceipt,
+    ClaimRequest,
+    Dependents,
+    MarkedDone,
+    Progress,
+    ResourceFlight,
+    ResourceState,
+)
 from readyq.dialects.sqlite import SQLiteDialect
 from readyq.errors import UnsupportedDatabase
 

@@ -13,47 +13,57 @@ Three kinds of members, told apart in the code:
 * portable operations with a default here, which a database may override with a faster
   form (PostgreSQL loads many rows with ``COPY``, reads the runnable counts in one
   statement, ...);
+* the forms of a few statements the portable operations share (how a list of ids is
+  bound, how a read reaches an index, the read of the groups of a resource claim),
+  each with a portable default and a docstring saying what an override must return;
 * optional abilities that only some databases have, each a :class:`typing.Protocol`
   (:class:`RecordsProgressInClaim`, :class:`Notifies`), checked with ``isinstance``.
 
+The records that cross the seam (:class:`~readyq.dialects.records.ClaimRequest`,
+:class:`~readyq.dialects.records.Progress`, ...) are in :mod:`readyq.dialects.records`.
 Statements that never differ (cancel's updates, the container roll-up) are not part of
-the seam: the store builds them itself, from :mod:`readyq.sql`.
+the seam: the store builds them itself, from :mod:`readyq.sql`; so are the portable
+parts the dialects complete (:mod:`readyq.sql.claims`, :mod:`readyq.sql.resource_state`).
 """
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections import Counter
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
 from functools import partial
-from typing import Any, ClassVar, NamedTuple, Protocol, TypeVar, runtime_checkable
+from typing import Any, ClassVar, Protocol, TypeVar, runtime_checkable
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
 
+from readyq.dialects.records import (
+    Capabilities,
+    ClaimReceipt,
+    ClaimRequest,
+    Dependents,
+    MarkedDone,
+    Progress,
+    ResourceFlight,
+    ResourceState,
+    dependents_from,
+)
 from readyq.model import IN_FLIGHT_STATES, ClaimedJob
 from readyq.schema import (
     BULK_COLUMNS,
     BULK_CONSTANTS,
-    FALLBACK_MAX_ATTEMPTS,
-    GATE_ID,
-    MAX_ATTEMPTS_FROM_HANDLER,
     ROW_KEYS,
     Tables,
     TableTraits,
 )
+from readyq.sql import claims as claim_sql
 from readyq.sql import jobs as job_sql
 from readyq.sql import leases as lease_sql
+from readyq.sql.claims import claim_columns, claim_head, claimed_from_row, lease_values
 from readyq.sql.ready import (
-    Part,
-    as_is,
     by_type_key,
-    claim_order,
     costed_of_types,
     first_ready_type,
     in_flight_by_group,
-    merged_head,
     merged_types,
     no_costs,
     ready_group_keys,
@@ -64,132 +74,9 @@ from readyq.sql.ready import (
     values_in,
     waiting_of_types,
 )
+from readyq.sql.resource_state import state_row
 
 S = TypeVar("S")
-
-
-@dataclass(frozen=True)
-class Capabilities:
-    """What a database can do, for callers that must not test dialect names."""
-
-    skip_locked: bool
-    returning: bool
-    partial_index: bool
-    listen_notify: bool
-    row_locks: bool
-    # A read of one statement may run in autocommit without costing a round trip: psycopg
-    # sets autocommit on the client side, while PyMySQL sends a SET for it.
-    autocommit_reads: bool = False
-
-
-@dataclass(frozen=True)
-class ClaimRequest:
-    """One group's share of a claim transaction."""
-
-    owner: str
-    group: str
-    limit: int
-    ttl: float
-    types: Sequence[str] | None
-    # job type -> (timeout seconds or None, retry_on_timeout[, max_attempts]): start the
-    # jobs as they are claimed (running, with a deadline) instead of leaving them leased;
-    # the optional max_attempts is given to jobs of the type enqueued without one.
-    start: Mapping[str, tuple[Any, ...]] | None = None
-    # job type -> the stored form of its handler's resource costs, written into the jobs
-    # of the type claimed without costs of their own (see readyq.resources).
-    uses: Mapping[str, str] | None = None
-
-    def shape(self) -> tuple[Any, ...]:
-        """What the claim statement's text depends on (the rest is bound at execution)."""
-        return (
-            None if self.types is None else tuple(self.types),
-            None if self.start is None else tuple(sorted(self.start.items())),
-            None if not self.uses else tuple(sorted(self.uses.items())),
-        )
-
-    def params(self) -> dict[str, Any]:
-        """The values bound into a claim statement built by :func:`lease_values` and
-        :func:`readyq.sql.ready.runnable` with ``group=GROUP``."""
-        return {"rq_owner": self.owner, "rq_group": self.group, "rq_limit": self.limit,
-                "rq_ttl": self.ttl}
-
-
-class ClaimReceipt(NamedTuple):
-    """A claim whose rows may be read after its transaction commits: ``claimed`` jobs,
-    ``read()`` returns them."""
-
-    claimed: int
-    read: Callable[[], list[ClaimedJob]]
-
-
-class Dependents(NamedTuple):
-    """The dependents of some jobs: ``edges`` maps each dependent's id to its edges from
-    those jobs; ``containers`` holds the dependents that are containers, whose end a
-    release may decide (see :func:`readyq.store.graph.propagate`)."""
-
-    edges: Counter[int]
-    containers: frozenset[int] = frozenset()
-
-
-class MarkedDone(NamedTuple):
-    """What :meth:`Dialect.mark_done` did: ``marked`` rows and, when that is the whole
-    batch, the batch's dependents."""
-
-    marked: int
-    dependents: Dependents | None
-
-
-def dependents_from(rows: Iterable[Any]) -> Dependents:
-    """:class:`Dependents` from (dependent id, is_container) rows, one per edge; rows
-    without a dependent (an outer join's) are skipped."""
-    edges: Counter[int] = Counter()
-    boxes: set[int] = set()
-    for dependent, is_container in rows:
-        if dependent is None:
-            continue
-        edges[int(dependent)] += 1
-        if is_container:
-            boxes.add(int(dependent))
-    return Dependents(edges, frozenset(boxes))
-
-
-class Progress(NamedTuple):
-    """What a claim stores of fair share: (group, vfinish, served_seq) per group served,
-    the groups that already have a row, and the gate's new clock and sequence."""
-
-    rows: Sequence[tuple[str, float, int]]
-    known: set[str]
-    vclock: float
-    seq: int
-
-
-class ResourceState(NamedTuple):
-    """What a claim that weighs resources reads under the gate row's lock (see
-    :meth:`Dialect.resource_state`)."""
-
-    # (group, stored costs, jobs, largest weight) of the jobs in flight.
-    flight: list[tuple[str, str | None, int, int]]
-    # (job id, seq, held costs, state, type, group, weight, due) per reservation, oldest
-    # first; the job's columns are None for a job that is gone.
-    reservations: list[tuple[Any, ...]]
-    # group -> (vfinish, served_seq), for the groups asked for that have a history.
-    history: dict[str, tuple[float, int]]
-    # (id, group, type, stored costs, weight, priority) of the groups' first jobs.
-    heads: list[tuple[Any, ...]]
-
-
-class ResourceFlight(NamedTuple):
-    """What a claim that weighs resources reads first, to tell whether the costs can
-    change its plan (see :meth:`Dialect.resource_flight`)."""
-
-    # (group, stored costs, jobs, largest weight) of the jobs in flight.
-    flight: list[tuple[str, str | None, int, int]]
-    # group -> (vfinish, served_seq), for the groups asked for that have a history.
-    history: dict[str, tuple[float, int]]
-    # Whether any reservation is stored.
-    reserved: bool
-    # Whether any ready job of the types asked for has costs of its own.
-    costed: bool
 
 
 class ReadyNotifier(Protocol):
@@ -257,11 +144,6 @@ class RecordsProgressInClaim(Protocol):
         statement; the rows may be read after the commit."""
 
 
-# Bound parameters of a claim statement; ClaimRequest.params() gives their values.
-OWNER = sa.bindparam("rq_owner", type_=sa.String)
-GROUP = sa.bindparam("rq_group", type_=sa.String)
-LIMIT = sa.bindparam("rq_limit", type_=sa.Integer)
-TTL = sa.bindparam("rq_ttl", type_=sa.Double)
 # Statements whose list of group keys is bound one parameter per key are built once per
 # length of the list, up to this many keys (a few statements, not one per group count).
 PER_GROUP_PARAMS = 16
@@ -443,7 +325,7 @@ class Dialect(ABC):
             ("dependents", d.name),
             lambda: sa.select(d.c.job_id, j.c.is_container)
             .select_from(d.join(j, j.c.id == d.c.job_id))
-            .where(self._ids_in(d.c.depends_on_id, "ids")),
+            .where(self.ids_in(d.c.depends_on_id, "ids")),
         )
         return dependents_from(self.execute(conn, stmt, {"ids": list(ids)}))
 
@@ -464,7 +346,7 @@ class Dialect(ABC):
             notifier.send(conn)
         release = self.cached(
             ("release", t.jobs.name),
-            partial(job_sql.release_dependents, t, now, partial(self._ids_in, name="r_ids")),
+            partial(job_sql.release_dependents, t, now, partial(self.ids_in, name="r_ids")),
         )
         for n, ids in sorted(by_count.items()):
             self.execute(conn, release, {"r_ids": sorted(ids), "r_n": n})
@@ -495,7 +377,7 @@ class Dialect(ABC):
                 )
             # Through the index that holds the ready jobs by type: a min(), which needs
             # no pinned order.
-            first = self._first_ready_type(
+            first = self.first_ready_type(
                 t, types, sa.or_(j.c.run_after.is_(None), j.c.run_after <= now),
                 *(() if costed else (no_costs(t),)),
             )
@@ -521,7 +403,7 @@ class Dialect(ABC):
                     sa.select(j.c.id).where(state_in(t, "ready"))
                 )
             else:
-                ready = self._first_ready_type(t, types).is_not(None)
+                ready = self.first_ready_type(t, types).is_not(None)
             return sa.select(
                 sa.or_(
                     ready,
@@ -563,21 +445,7 @@ class Dialect(ABC):
         the fair-share history (vfinish, served_seq) of those groups, read in the same
         statements; with ``costed``, jobs that take resources count too. Counting only up
         to the cap makes the cost follow the number of groups, not the backlog."""
-        return self._counts_of_groups(
-            conn, t, self.ready_groups(conn, t, types), now, types, cap, with_history, costed
-        )
-
-    def _counts_of_groups(
-        self,
-        conn: Connection,
-        t: Tables,
-        groups: Sequence[str],
-        now: sa.ColumnElement[float],
-        types: Sequence[str] | None,
-        cap: int,
-        with_history: bool,
-        costed: bool = False,
-    ) -> tuple[dict[str, tuple[int, int]], dict[str, tuple[float, int]]]:
+        groups = self.ready_groups(conn, t, types)
         j, g = t.jobs, t.groups
         shape = None if types is None else tuple(types)
 
@@ -586,7 +454,7 @@ class Dialect(ABC):
             for i in range(n):
                 key = sa.bindparam(f"g{i}", type_=j.c.group_key.type)
                 cap_param = sa.bindparam("cap", type_=sa.Integer)
-                head = self._by_type(
+                head = self.ready_by_type_read(
                     runnable_head(t, now, key, types, cap_param, costed), t, types
                 )
                 counted = head.subquery()
@@ -630,7 +498,10 @@ class Dialect(ABC):
     def in_flight(self, conn: Connection, t: Tables) -> dict[str, tuple[int, int]]:
         """group -> (jobs in flight, their largest weight): a range of the in-flight
         index, bounded by the cap."""
-        stmt = self.cached(("in_flight", t.jobs.name), partial(self._in_flight_counts, t))
+        stmt = self.cached(
+            ("in_flight", t.jobs.name),
+            lambda: self.in_flight_read(in_flight_by_group(t, *IN_FLIGHT_STATES), t),
+        )
         return {r.group_key: (int(r.n), int(r.w)) for r in self.execute(conn, stmt)}
 
     def in_flight_and_history(
@@ -647,7 +518,9 @@ class Dialect(ABC):
 
         def build() -> sa.CompoundSelect[Any]:
             g = t.groups
-            counted = self._in_flight_counts(t).subquery("in_flight")
+            counted = self.in_flight_read(
+                in_flight_by_group(t, *IN_FLIGHT_STATES), t
+            ).subquery("in_flight")
             flight = sa.select(
                 sa.literal(0).label("history"), counted.c.group_key,
                 counted.c.n, counted.c.w,
@@ -720,17 +593,9 @@ class Dialect(ABC):
             )
         if inserts:
             conn.execute(sa.insert(g), inserts)
-        self._store_gate_clock(conn, t, progress)
-
-    def _store_gate_clock(self, conn: Connection, t: Tables, progress: Progress) -> None:
         self.execute(
             conn,
-            self.cached(
-                ("gate_progress", t.gate.name),
-                lambda: sa.update(t.gate)
-                .where(t.gate.c.id == GATE_ID)
-                .values(vclock=sa.bindparam("vclock"), seq=sa.bindparam("seq")),
-            ),
+            self.cached(("gate_progress", t.gate.name), partial(claim_sql.gate_clock_update, t)),
             {"vclock": progress.vclock, "seq": progress.seq},
         )
 
@@ -744,7 +609,7 @@ class Dialect(ABC):
 
         def build() -> sa.Select[Any]:
             j = t.jobs
-            return self._in_flight_read(
+            return self.in_flight_read(
                 sa.select(
                     j.c.group_key, j.c.uses, sa.func.count().label("n"),
                     sa.func.max(j.c.weight).label("w"),
@@ -773,7 +638,7 @@ class Dialect(ABC):
         n = len(groups) if len(groups) <= PER_GROUP_PARAMS else None
 
         def build() -> sa.CompoundSelect[Any]:
-            flight = self._in_flight_read(
+            flight = self.in_flight_read(
                 sa.select(*state_row(t, 0, group_key=j.c.group_key, uses=j.c.uses,
                                      n=sa.func.count(), w=sa.func.max(j.c.weight)))
                 .where(state_in(t, *IN_FLIGHT_STATES))
@@ -783,7 +648,7 @@ class Dialect(ABC):
             # Each probe as a derived table: SQLite takes no LIMIT on the members of a
             # compound select.
             one_reservation = sa.select(r.c.job_id).limit(1).subquery("rq_reserved")
-            one_costed = self._costed_probe(t, types).subquery("rq_costed")
+            one_costed = self.costed_probe(t, types).subquery("rq_costed")
             parts: list[sa.Select[Any]] = [
                 flight,
                 sa.select(*state_row(t, 1, job_id=one_reservation.c.job_id)),
@@ -823,11 +688,16 @@ class Dialect(ABC):
                 costed = True
         return out._replace(reserved=reserved, costed=costed)
 
-    def _costed_probe(
+    def costed_probe(
         self, t: Tables, types: Sequence[str] | None
     ) -> sa.Select[Any] | sa.TextualSelect:
-        """The id of one ready job of ``types`` with costs of their own, if any, read
-        through the index that holds only those (a dialect may hold the read to it)."""
+        """A read of the ``id`` of one ready job of ``types`` that has costs of its own
+        (:func:`readyq.sql.ready.costed_of_types`), no row when there is none;
+        :meth:`resource_flight` takes it as a derived table.
+
+        An override must return a select of that one column with the same rows, and may
+        only change how the database reaches them (hold it to the index that holds only
+        those jobs, which stays small while statistics may say otherwise)."""
         j = t.jobs
         return sa.select(j.c.id).where(costed_of_types(t, types)).limit(1)
 
@@ -844,11 +714,11 @@ class Dialect(ABC):
         the groups of ``heads`` and their first jobs (:meth:`resource_heads`). For more
         groups than one statement holds, the heads of the rest are read on their own."""
         j, r = t.jobs, t.reservations
-        first = dict(list(sorted(heads.items()))[: self._groups_per_state_read])
-        shape = self._state_groups_shape(len(first))
+        first = dict(list(sorted(heads.items()))[: self.groups_per_state_read])
+        shape = self.state_groups_shape(len(first))
 
         def build() -> sa.CompoundSelect[Any]:
-            flight = self._in_flight_read(
+            flight = self.in_flight_read(
                 sa.select(*state_row(t, 0, group_key=j.c.group_key, uses=j.c.uses,
                                      n=sa.func.count(), w=sa.func.max(j.c.weight)))
                 .where(state_in(t, *IN_FLIGHT_STATES))
@@ -860,12 +730,12 @@ class Dialect(ABC):
                 t, 1, group_key=j.c.group_key, uses=r.c.uses, w=j.c.weight, job_id=r.c.job_id,
                 seq=r.c.seq, state=j.c.state, type=j.c.type, due=due,
             )).select_from(r.outerjoin(j, j.c.id == r.c.job_id))
-            return sa.union_all(flight, reserved, *self._state_groups(t, now, types, shape))
+            return sa.union_all(flight, reserved, *self.state_groups(t, now, types, shape))
 
         stmt = self.cached(
             ("resource_state", j.name, None if types is None else tuple(types), shape), build
         )
-        params = self._state_groups_params(first)
+        params = self.state_groups_params(first)
         state = ResourceState([], [], {}, [])
         heads_out, flight_out = state.heads, state.flight
         # Positional: the columns of ``state_row`` in order (kind, group_key, uses, n, w, job_id,
@@ -890,26 +760,47 @@ class Dialect(ABC):
                 (int(h.id), h.group_key, h.type, h.uses, int(h.weight), int(h.priority))
                 for h in self.resource_heads(conn, t, now, rest, types)
             )
-            state.history.update(self._history(conn, t, sorted(rest)))
+            g = t.groups
+            names = sorted(rest)
+            for start in range(0, len(names), COUNTS_PER_STATEMENT):
+                chunk = names[start : start + COUNTS_PER_STATEMENT]
+                rows = conn.execute(
+                    sa.select(g.c.group_key, g.c.vfinish, g.c.served_seq)
+                    .where(g.c.group_key.in_(chunk))
+                )
+                state.history.update({x[0]: (float(x[1]), int(x[2])) for x in rows})
         return state
 
-    # The most groups whose history and heads one :meth:`resource_state` reads.
-    _groups_per_state_read: ClassVar[int] = COUNTS_PER_STATEMENT
+    groups_per_state_read: ClassVar[int] = COUNTS_PER_STATEMENT
+    """The most groups whose history and heads one :meth:`resource_state` reads; the
+    heads of the others are read by :meth:`resource_heads`."""
 
-    def _state_groups_shape(self, n: int) -> int:
-        """What of ``n`` groups shapes :meth:`_state_groups`: here one read per group."""
+    def state_groups_shape(self, n: int) -> int:
+        """What of ``n`` groups (at most :attr:`groups_per_state_read`) shapes the text
+        of :meth:`state_groups`'s parts, the key their statement is cached under.
+
+        An override returns 0 for no group, and for more the number :meth:`state_groups`
+        takes as its ``n``: here ``n`` itself (one read per group); a database that binds
+        every group in one parameter returns 1."""
         return n
 
-    def _state_groups(
+    def state_groups(
         self,
         t: Tables,
         now: sa.ColumnElement[float],
         types: Sequence[str] | None,
         n: int,
     ) -> list[sa.Select[Any]]:
-        """The parts of :meth:`resource_state` for ``n`` groups, bound as ``g{i}`` and
-        ``n{i}`` (:meth:`_state_groups_params`): their history, and a read of each
-        one's first jobs."""
+        """The parts of :meth:`resource_state`'s ``UNION ALL`` that read the groups, ``n``
+        as :meth:`state_groups_shape` gave it, the groups bound by
+        :meth:`state_groups_params`.
+
+        An override must return selects of :func:`readyq.sql.resource_state.state_row`
+        rows: kind 2 (``group_key``, ``n`` the served_seq, ``vf`` the vfinish) for each
+        bound group with a history, and kind 3 (``job_id``, ``group_key``, ``type``,
+        ``uses``, ``w``, ``priority``) for each group's first runnable jobs, up to its
+        bound limit, jobs that take resources included; no part for ``n == 0``. Here one
+        read per group, bound as ``g{i}`` and ``n{i}``."""
         if not n:
             return []
         j, g = t.jobs, t.groups
@@ -923,10 +814,10 @@ class Dialect(ABC):
         for i in range(n):
             head = claim_head(
                 t, now, keys[i], types, sa.bindparam(f"n{i}", type_=sa.Integer), *columns,
-                part=lambda stmt, type_: self._by_type(stmt, t, [type_]), costed=True,
+                part=lambda stmt, type_: self.ready_by_type_read(stmt, t, [type_]), costed=True,
             )
             if merged_types(types) is None:
-                head = self._by_type(head, t, types)
+                head = self.ready_by_type_read(head, t, types)
             sub = head.subquery(f"rq_head{i}")
             parts.append(sa.select(*state_row(
                 t, 3, group_key=sub.c.group_key, uses=sub.c.uses, w=sub.c.weight,
@@ -934,26 +825,15 @@ class Dialect(ABC):
             )))
         return parts
 
-    def _state_groups_params(self, heads: Mapping[str, int]) -> dict[str, Any]:
+    def state_groups_params(self, heads: Mapping[str, int]) -> dict[str, Any]:
+        """The parameters of :meth:`state_groups`'s parts for ``heads`` (group -> how
+        many of its first jobs to read): an override binds them under the names its
+        :meth:`state_groups` uses."""
         params: dict[str, Any] = {}
         for i, (key, limit) in enumerate(heads.items()):
             params[f"g{i}"] = key
             params[f"n{i}"] = limit
         return params
-
-    def _history(
-        self, conn: Connection, t: Tables, groups: Sequence[str]
-    ) -> dict[str, tuple[float, int]]:
-        g = t.groups
-        out: dict[str, tuple[float, int]] = {}
-        for start in range(0, len(groups), COUNTS_PER_STATEMENT):
-            chunk = list(groups[start : start + COUNTS_PER_STATEMENT])
-            rows = conn.execute(
-                sa.select(g.c.group_key, g.c.vfinish, g.c.served_seq)
-                .where(g.c.group_key.in_(chunk))
-            )
-            out.update({x[0]: (float(x[1]), int(x[2])) for x in rows})
-        return out
 
     def resource_heads(
         self,
@@ -976,10 +856,10 @@ class Dialect(ABC):
                 head = claim_head(
                     t, now, sa.bindparam(f"g{i}", type_=j.c.group_key.type), types,
                     sa.bindparam(f"n{i}", type_=sa.Integer), *columns,
-                    part=lambda stmt, type_: self._by_type(stmt, t, [type_]), costed=True,
+                    part=lambda stmt, type_: self.ready_by_type_read(stmt, t, [type_]), costed=True,
                 )
                 if merged_types(types) is None:
-                    head = self._by_type(head, t, types)
+                    head = self.ready_by_type_read(head, t, types)
                 sub = head.subquery(f"rq_head{i}")
                 parts.append(sa.select(*sub.c))
             return parts[0] if size == 1 else sa.union_all(*parts)
@@ -1016,7 +896,7 @@ class Dialect(ABC):
         j = t.jobs
 
         def still() -> sa.ColumnElement[bool]:
-            return sa.and_(self._ready_ids(t, "rq_ids"), run_after_passed(t, now))
+            return sa.and_(self.ready_ids(t, "rq_ids"), run_after_passed(t, now))
 
         # Built once per shape of the request, the ids bound at execution.
         params = {"rq_owner": req.owner, "rq_ttl": req.ttl, "rq_ids": list(ids)}
@@ -1042,7 +922,7 @@ class Dialect(ABC):
         update = self.cached(
             ("claim_ids_write", j.name, req.shape()),
             lambda: sa.update(j)
-            .where(self._ids_in(j.c.id, "rq_ids"))
+            .where(self.ids_in(j.c.id, "rq_ids"))
             .values(**lease_values(t, req, now)),
         )
         self.execute(conn, update, {**params, "rq_ids": [r[0] for r in rows]})
@@ -1063,8 +943,9 @@ class Dialect(ABC):
     ) -> int:
         """Move leased jobs (id, token) still held by ``owner`` to running, with a
         deadline ``timeout`` seconds on; return the rows moved."""
+        held = self.pairs_match(t.jobs.c.id, t.jobs.c.lease_token, leases)
         stmt = lease_sql.fenced_start(
-            t, now, self._fence(t, owner, leases), timeout=timeout,
+            t, now, lease_sql.held_by(t, owner, held), timeout=timeout,
             retry_on_timeout=retry_on_timeout,
         )
         return int(conn.execute(stmt).rowcount)
@@ -1079,7 +960,8 @@ class Dialect(ABC):
         now: sa.ColumnElement[float],
     ) -> None:
         """Extend by ``ttl`` the leases (id, token) ``owner`` still holds, in flight."""
-        conn.execute(lease_sql.fenced_heartbeat(t, now, self._fence(t, owner, leases), ttl))
+        held = self.pairs_match(t.jobs.c.id, t.jobs.c.lease_token, leases)
+        conn.execute(lease_sql.fenced_heartbeat(t, now, lease_sql.held_by(t, owner, held), ttl))
 
     def hand_back(
         self,
@@ -1091,7 +973,8 @@ class Dialect(ABC):
     ) -> int:
         """Put back, uncharged, jobs (id, token) leased by ``owner`` whose cancellation
         nobody asked for; return the rows put back."""
-        stmt = lease_sql.fenced_hand_back(t, now, self._fence(t, owner, leases))
+        held = self.pairs_match(t.jobs.c.id, t.jobs.c.lease_token, leases)
+        stmt = lease_sql.fenced_hand_back(t, now, lease_sql.held_by(t, owner, held))
         return int(conn.execute(stmt).rowcount)
 
     def lease_rows(self, conn: Connection, t: Tables, ids: Sequence[int]) -> list[Any]:
@@ -1116,23 +999,28 @@ class Dialect(ABC):
         """Mark (id, token, result) rows done in one UPDATE, each fenced by its own lease
         (and ``state = 'running'``); when every row was marked, read the batch's
         dependents too."""
-        stmt, params = self._done_update(t, owner, rows, now)
+        stmt, params = self.done_update(t, owner, rows, now)
         count = int(self.execute(conn, stmt, params).rowcount)
         if count != len(rows):
             return MarkedDone(count, None)
         return MarkedDone(count, self.dependents_of(conn, t, [r[0] for r in rows]))
 
     @abstractmethod
-    def _done_update(
+    def done_update(
         self,
         t: Tables,
         owner: str,
         rows: Sequence[tuple[int, int, str | None]],
         now: sa.ColumnElement[float],
     ) -> tuple[sa.Update, dict[str, Any]]:
-        """The UPDATE that marks (id, token, result) rows done, setting
-        :func:`done_values`, built once (the batch travels as one parameter), and its
-        parameters."""
+        """The UPDATE that marks (id, token, result) rows done, and its parameters, for
+        :meth:`mark_done`.
+
+        Every database writes its own: the statement must be built once (cached, the
+        batch travelling as bound values whatever its length), set
+        :func:`readyq.sql.leases.done_values` with each row's own result, and touch only
+        the rows whose id, ``lease_token`` and ``lease_owner == owner`` match and whose
+        state is ``running``, so that its row count is the number of rows marked."""
 
     # -- errors -------------------------------------------------------------------------
 
@@ -1171,6 +1059,8 @@ class Dialect(ABC):
         return self.error_code(exc) in self.refusal_codes
 
     # -- forms of the statements above, overridden where a database has better ones ----
+    # Each is part of the contract: tests/dialects/test_conformance.py runs every
+    # dialect's form on its database and checks the rows it selects.
 
     def octets(self, column: sa.ColumnElement[Any]) -> sa.ColumnElement[int]:
         """The size of a text column's value in bytes (UTF-8), not in characters: what a
@@ -1186,53 +1076,54 @@ class Dialect(ABC):
         (ids)``: MySQL's driver writes the values into the statement's text."""
         return column.in_(list(ids))
 
-    def _ids_in(self, column: sa.ColumnElement[Any], name: str) -> sa.ColumnElement[bool]:
-        """``column IN (:name)`` for a statement built once: the list is bound at
-        execution (``{name: ids}``)."""
+    def ids_in(self, column: sa.ColumnElement[Any], name: str) -> sa.ColumnElement[bool]:
+        """``column`` is one of the ids bound at execution as ``{name: [ids]}``, for a
+        statement built once (:meth:`cached`).
+
+        An override must accept a list of any length under that one name and select the
+        same rows; here an expanding ``IN``, whose text is rendered at each execution."""
         return column.in_(sa.bindparam(name, expanding=True))
 
-    def _ready_ids(self, t: Tables, name: str) -> sa.ColumnElement[bool]:
-        """The jobs of the ids bound as ``name`` (:meth:`_ids_in`) that are ready."""
-        return sa.and_(self._ids_in(t.jobs.c.id, name), state_in(t, "ready"))
+    def ready_ids(self, t: Tables, name: str) -> sa.ColumnElement[bool]:
+        """The jobs of the ids bound as ``name`` (as for :meth:`ids_in`) whose state is
+        ``ready``. An override must select the same rows, and may only change how the
+        database finds them (by the primary key, not the ready index)."""
+        return sa.and_(self.ids_in(t.jobs.c.id, name), state_in(t, "ready"))
 
-    def _pairs_match(
+    def pairs_match(
         self,
         id_column: sa.ColumnElement[Any],
         token_column: sa.ColumnElement[Any],
         pairs: Sequence[tuple[int, int]],
     ) -> sa.ColumnElement[bool]:
-        """``(id, token) IN (pairs)``: each row fenced by its own lease token."""
+        """The rows whose (``id_column``, ``token_column``) is one of ``pairs``, the test
+        under every fenced write (:func:`readyq.sql.leases.held_by`): each row fenced by
+        its own lease token, never the id alone. An override must select exactly those
+        rows for any number of pairs; here ``(id, token) IN (pairs)``."""
         return sa.tuple_(id_column, token_column).in_(list(pairs))
 
-    def _fence(
-        self, t: Tables, owner: str, leases: Sequence[tuple[int, int]]
-    ) -> sa.ColumnElement[bool]:
-        j = t.jobs
-        return sa.and_(
-            self._pairs_match(j.c.id, j.c.lease_token, leases), j.c.lease_owner == owner
-        )
-
-    def _first_ready_type(
+    def first_ready_type(
         self, t: Tables, types: Sequence[str], *conds: sa.ColumnElement[bool]
     ) -> sa.ScalarSelect[Any]:
-        """One of ``types`` that has a ready job meeting ``conds``, or NULL: one probe of
-        the index of ready jobs by type (:func:`readyq.sql.ready.first_ready_type`)."""
+        """A scalar subquery: one of ``types`` that has a ready job meeting ``conds``, or
+        NULL when none has (:func:`readyq.sql.ready.first_ready_type`).
+
+        An override must give NULL exactly when no ready job of ``types`` meets
+        ``conds``, reading the index of ready jobs by type rather than the table."""
         return first_ready_type(t, types, *conds)
 
-    def _by_type(
+    def ready_by_type_read(
         self, stmt: sa.Select[Any], t: Tables, types: Sequence[str] | None
     ) -> sa.Select[Any]:
         """``stmt``, a read of ready jobs of ``types``, as this database reads them
-        through the index of ready jobs by type."""
+        through the index of ready jobs by type. An override must return a select of the
+        same columns and rows (an index hint, say); here ``stmt`` itself."""
         return stmt
 
-    def _in_flight_counts(self, t: Tables) -> sa.Select[Any]:
-        """(group_key, n, w) of the jobs in flight."""
-        return self._in_flight_read(in_flight_by_group(t, *IN_FLIGHT_STATES), t)
-
-    def _in_flight_read(self, stmt: sa.Select[Any], t: Tables) -> sa.Select[Any]:
+    def in_flight_read(self, stmt: sa.Select[Any], t: Tables) -> sa.Select[Any]:
         """``stmt``, a read of the jobs in flight, as this database reads them through
-        the in-flight index."""
+        the in-flight index. An override must return a select of the same columns and
+        rows (an index hint, say); here ``stmt`` itself."""
         return stmt
 
 
@@ -1249,192 +1140,3 @@ def driver_error(exc: BaseException) -> BaseException | None:
     if isinstance(exc, sa.exc.SQLAlchemyError):
         return None
     return exc
-
-
-def done_values(now: sa.ColumnElement[float], result: Any) -> dict[str, Any]:
-    """The SET clause that ends an attempt done, with its result."""
-    return {
-        "state": "done",
-        "result": result,
-        "error": None,
-        "finished_at": now,
-        "lease_expires": None,
-        "deadline": None,
-        "updated_at": now,
-    }
-
-
-def claimed_from_row(
-    row: Any, *, before_update: bool = False, req: ClaimRequest | None = None
-) -> ClaimedJob:
-    """Build a ClaimedJob from a row of the claim's columns (``claim_columns``).
-
-    ``before_update`` says the row was read before the claim's UPDATE (MySQL), so the
-    attempt and the fencing token are one more than read, and ``max_attempts`` is what
-    the UPDATE of ``req`` (:func:`lease_values`) sets.
-    """
-    if not before_update:
-        return ClaimedJob._make(row)
-    id_, type_, args, attempts, max_attempts, token, group, parent, timeout = row
-    if max_attempts == MAX_ATTEMPTS_FROM_HANDLER:
-        policy = (req.start or {}).get(type_) if req is not None else None
-        given = policy[2] if policy is not None and len(policy) > 2 else None
-        max_attempts = int(given) if given else FALLBACK_MAX_ATTEMPTS
-    return ClaimedJob(
-        id_, type_, args, int(attempts) + 1, max_attempts, int(token) + 1, group, parent,
-        timeout,
-    )
-
-
-# The columns of every row of :meth:`Dialect.resource_state`, in order after its kind:
-# each part fills some and leaves the others NULL, typed so that the union's types agree.
-_STATE_COLUMNS: tuple[tuple[str, Callable[[Tables], Any]], ...] = (
-    ("group_key", lambda t: t.jobs.c.group_key.type), ("uses", lambda t: t.jobs.c.uses.type),
-    ("n", lambda t: sa.BigInteger()), ("w", lambda t: sa.Integer()),
-    ("job_id", lambda t: sa.BigInteger()), ("seq", lambda t: sa.BigInteger()),
-    ("state", lambda t: t.jobs.c.state.type), ("type", lambda t: t.jobs.c.type.type),
-    ("priority", lambda t: sa.Integer()), ("due", lambda t: sa.Integer()),
-    ("vf", lambda t: sa.Double()),
-)
-
-
-def state_row(t: Tables, kind: int, **cols: Any) -> list[Any]:
-    """A row of :meth:`Dialect.resource_state` of ``kind`` (0 in flight, 1 reservation,
-    2 history, 3 head; 4 in :meth:`Dialect.resource_flight`, a ready job with costs)
-    with ``cols``, the other columns NULL."""
-    out: list[Any] = [sa.literal(kind).label("kind")]
-    for name, type_of in _STATE_COLUMNS:
-        value = cols.get(name)
-        out.append(
-            sa.cast(sa.null(), type_of(t)).label(name) if value is None else value.label(name)
-        )
-    return out
-
-
-def claim_head(
-    t: Tables,
-    now: sa.ColumnElement[float],
-    group: str | sa.ColumnElement[str],
-    types: Sequence[str] | None,
-    limit: sa.ColumnElement[int],
-    *columns: sa.ColumnElement[Any],
-    part: Part = as_is,
-    costed: bool = False,
-) -> sa.Select[Any]:
-    """``columns`` of a group's first ``limit`` runnable jobs of ``types``, in claim
-    order (with ``costed``, jobs that take resources too). For a worker of a few types,
-    the merge of one read per type (:func:`readyq.sql.ready.merged_head`), ``part``
-    applied to each read; otherwise one read, which the caller completes (a row lock, an
-    index hint)."""
-    many = merged_types(types)
-    if many is not None:
-        return merged_head(t, now, group, many, limit, *columns, part=part, costed=costed)
-    return (
-        sa.select(*columns)
-        .where(runnable(t, now, group=group, types=types, costed=costed))
-        .order_by(*claim_order(t, types))
-        .limit(limit)
-    )
-
-
-def group_heads(
-    t: Tables,
-    now: sa.ColumnElement[float],
-    types: Sequence[str] | None,
-    n: int,
-    *columns: sa.ColumnElement[Any],
-) -> list[sa.Select[Any]]:
-    """One select per group of a multi-group claim, in claim order and limited: group
-    ``i`` and its limit are bound as ``c_g{i}`` and ``c_n{i}`` (see
-    :func:`group_head_params`)."""
-    return [
-        claim_head(
-            t,
-            now,
-            sa.bindparam(f"c_g{i}", type_=t.jobs.c.group_key.type),
-            types,
-            sa.bindparam(f"c_n{i}", type_=sa.Integer),
-            *columns,
-        )
-        for i in range(n)
-    ]
-
-
-def group_head_params(requests: Sequence[ClaimRequest]) -> dict[str, Any]:
-    """The parameters of :func:`group_heads` for ``requests``, with the first request's
-    own (owner, lease length, ...)."""
-    params = requests[0].params()
-    for i, req in enumerate(requests):
-        params[f"c_g{i}"] = req.group
-        params[f"c_n{i}"] = req.limit
-    return params
-
-
-def claim_columns(t: Tables) -> list[sa.Column[Any]]:
-    j = t.jobs
-    return [
-        j.c.id,
-        j.c.type,
-        j.c.args,
-        j.c.attempts,
-        j.c.max_attempts,
-        j.c.lease_token,
-        j.c.group_key,
-        j.c.parent_id,
-        j.c.timeout,
-    ]
-
-
-def lease_values(t: Tables, req: ClaimRequest, now: sa.ColumnElement[float]) -> dict[str, Any]:
-    """The SET clause of a claim: a new lease, a new fencing token, one more attempt.
-
-    The owner and the lease length are bound parameters (``req.params()``); only the
-    start policies shape the SQL."""
-    j = t.jobs
-    # Jobs enqueued without max_attempts take their handler's now (the rule: a value given
-    # at enqueue wins, else the registration of the handler that runs the job).
-    # (A type whose handler's value is the fallback needs no arm of its own.)
-    attempts = {
-        k: n
-        for k, v in (req.start or {}).items()
-        if len(v) > 2 and v[2] and (n := int(v[2])) != FALLBACK_MAX_ATTEMPTS
-    }
-    resolved: Any = (
-        sa.case(attempts, value=j.c.type, else_=FALLBACK_MAX_ATTEMPTS)
-        if attempts
-        else FALLBACK_MAX_ATTEMPTS
-    )
-    values: dict[str, Any] = {
-        "max_attempts": sa.case(
-            (j.c.max_attempts == MAX_ATTEMPTS_FROM_HANDLER, resolved), else_=j.c.max_attempts
-        ),
-        "state": "leased",
-        "lease_owner": OWNER,
-        "lease_token": j.c.lease_token + 1,
-        "attempts": j.c.attempts + 1,
-        "lease_expires": now + TTL,
-        "heartbeat_at": now,
-        "updated_at": now,
-        "cancel_requested": False,
-    }
-    if req.uses:
-        # Jobs stored without costs take their handler's, recorded here so that every
-        # other claim counts them while they are in flight.
-        values["uses"] = sa.func.coalesce(
-            j.c.uses, sa.case(dict(req.uses), value=j.c.type, else_=sa.null())
-        )
-    if req.start is not None:
-        timeouts = {k: v[0] for k, v in req.start.items() if v[0] is not None}
-        # (A type that retries on timeout, as the ELSE does, needs no arm of its own.)
-        retries = {k: v[1] for k, v in req.start.items() if v[1] is not True}
-        by_type: Any = sa.case(timeouts, value=j.c.type, else_=sa.null()) if timeouts else sa.null()
-        values.update(
-            state="running",
-            started_at=now,
-            deadline=now + sa.func.coalesce(j.c.timeout, by_type),
-            retry_on_timeout=sa.case(retries, value=j.c.type, else_=sa.true())
-            if retries
-            else sa.true(),
-        )
-    return values
-

@@ -25,6 +25,7 @@ import json
 import math
 import socket
 from collections.abc import Sequence
+from functools import partial
 from typing import Any, ClassVar
 
 import sqlalchemy as sa
@@ -34,20 +35,14 @@ from sqlalchemy.engine import Connection
 from sqlalchemy.sql.compiler import SQLCompiler
 
 from readyq.dialects.base import (
-    GROUP,
-    LIMIT,
     PER_GROUP_PARAMS,
+    Dialect,
+    driver_error,
+)
+from readyq.dialects.records import (
     Capabilities,
     ClaimRequest,
-    Dialect,
     Progress,
-    claim_columns,
-    claimed_from_row,
-    done_values,
-    driver_error,
-    group_head_params,
-    group_heads,
-    lease_values,
 )
 from readyq.errors import UnsupportedDatabase
 from readyq.model import ClaimedJob
@@ -57,6 +52,19 @@ from readyq.schema import (
     costed_index_name,
     in_flight_index_name,
     ready_type_index_name,
+)
+from readyq.sql.claims import (
+    GROUP,
+    LIMIT,
+    claim_columns,
+    claimed_from_row,
+    gate_clock_update,
+    group_head_params,
+    group_heads,
+    lease_values,
+)
+from readyq.sql.leases import (
+    done_values,
 )
 from readyq.sql.ready import (
     by_type_key,
@@ -349,12 +357,13 @@ class MySQLDialect(Dialect):
                 return keys
             keys.append(key)
 
-    def _by_type(
+    def ready_by_type_read(
         self, stmt: sa.Select[Any], t: Tables, types: Sequence[str] | None
     ) -> sa.Select[Any]:
+        """Held to the index of ready jobs by type (:func:`_by_type` says why)."""
         return _by_type(stmt, t, types)
 
-    def _in_flight_read(self, stmt: sa.Select[Any], t: Tables) -> sa.Select[Any]:
+    def in_flight_read(self, stmt: sa.Select[Any], t: Tables) -> sa.Select[Any]:
         """A read of the jobs in flight, held to the (state, lease_expires) index.
 
         Left to itself, the optimizer estimates the ``state IN ('leased', 'running')``
@@ -365,16 +374,16 @@ class MySQLDialect(Dialect):
         index = in_flight_index_name(t.jobs.name)
         return stmt.with_hint(t.jobs, f"FORCE INDEX ({index})")
 
-    def _costed_probe(
+    def costed_probe(
         self, t: Tables, types: Sequence[str] | None
     ) -> sa.Select[Any] | sa.TextualSelect:
         """Held to the index of ``costed_type``, which holds a few rows or none: statistics
         taken while it held many must not turn the probe into a scan."""
-        probe = super()._costed_probe(t, types)
+        probe = super().costed_probe(t, types)
         assert isinstance(probe, sa.Select)
         return probe.with_hint(t.jobs, f"FORCE INDEX ({costed_index_name(t.jobs.name)})")
 
-    def _first_ready_type(
+    def first_ready_type(
         self, t: Tables, types: Sequence[str], *conds: sa.ColumnElement[bool]
     ) -> sa.ScalarSelect[Any]:
         """``SELECT ready_type ... FORCE INDEX (<ready by type>) ... LIMIT 1``.
@@ -625,9 +634,13 @@ class MySQLDialect(Dialect):
                 )
             else:
                 conn.exec_driver_sql(compiled.string, params)
-        self._store_gate_clock(conn, t, progress)
+        self.execute(
+            conn,
+            self.cached(("gate_progress", t.gate.name), partial(gate_clock_update, t)),
+            {"vclock": progress.vclock, "seq": progress.seq},
+        )
 
-    def _done_update(
+    def done_update(
         self,
         t: Tables,
         owner: str,

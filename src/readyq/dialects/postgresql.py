@@ -25,24 +25,18 @@ from sqlalchemy.dialects.postgresql.base import PGDialect
 from sqlalchemy.engine import Connection
 
 from readyq.dialects.base import (
-    GROUP,
-    LIMIT,
+    Dialect,
+    ReadyNotifier,
+)
+from readyq.dialects.postgresql_listener import PgListener, channel_for, conninfo_for
+from readyq.dialects.records import (
     Capabilities,
     ClaimReceipt,
     ClaimRequest,
-    Dialect,
     MarkedDone,
     Progress,
-    ReadyNotifier,
-    claim_columns,
-    claim_head,
-    claimed_from_row,
     dependents_from,
-    done_values,
-    lease_values,
-    state_row,
 )
-from readyq.dialects.postgresql_listener import PgListener, channel_for, conninfo_for
 from readyq.errors import ConfigurationError, UnsupportedDatabase
 from readyq.model import ClaimedJob
 from readyq.schema import (
@@ -54,7 +48,18 @@ from readyq.schema import (
     Tables,
     TableTraits,
 )
+from readyq.sql.claims import (
+    GROUP,
+    LIMIT,
+    claim_columns,
+    claim_head,
+    claimed_from_row,
+    lease_values,
+)
 from readyq.sql.jobs import release_dependents
+from readyq.sql.leases import (
+    done_values,
+)
 from readyq.sql.ready import (
     first_ready_type,
     merged_types,
@@ -62,6 +67,9 @@ from readyq.sql.ready import (
     ready_group_walk,
     run_after_passed,
     runnable_head,
+)
+from readyq.sql.resource_state import (
+    state_row,
 )
 
 # Quotes a table's name in the SQL written out as text (as copy_jobs does with the
@@ -213,11 +221,11 @@ class PostgresDialect(Dialect):
         the number of ids and the driver can prepare it once."""
         return column == sa.any_(sa.bindparam(None, list(ids), type_=ARRAY(sa.BigInteger)))
 
-    def _ids_in(self, column: sa.ColumnElement[Any], name: str) -> sa.ColumnElement[bool]:
+    def ids_in(self, column: sa.ColumnElement[Any], name: str) -> sa.ColumnElement[bool]:
         """``column = ANY(:name)``, the list bound as one array."""
         return column == sa.any_(sa.bindparam(name, type_=ARRAY(sa.BigInteger)))
 
-    def _ready_ids(self, t: Tables, name: str) -> sa.ColumnElement[bool]:
+    def ready_ids(self, t: Tables, name: str) -> sa.ColumnElement[bool]:
         """``id = ANY((SELECT :name)) AND state IS NOT DISTINCT FROM 'ready'``.
 
         The array as an InitPlan is looked up by the primary key whatever its length;
@@ -231,7 +239,7 @@ class PostgresDialect(Dialect):
             t.jobs.c.state.is_not_distinct_from("ready"),
         )
 
-    def _pairs_match(
+    def pairs_match(
         self,
         id_column: sa.ColumnElement[Any],
         token_column: sa.ColumnElement[Any],
@@ -344,7 +352,7 @@ class PostgresDialect(Dialect):
         )
         conn.execute(sa.insert(j).from_select(list(INSERT_COLUMNS), select))
 
-    def _done_update(
+    def done_update(
         self,
         t: Tables,
         owner: str,
@@ -411,7 +419,7 @@ class PostgresDialect(Dialect):
         """The done UPDATE in a CTE, joined to the dependency edges of the rows it marked
         and to those dependents' rows (whether each is a container): the dependents come
         back with it, in one round trip."""
-        update, params = self._done_update(t, owner, rows, now)
+        update, params = self.done_update(t, owner, rows, now)
 
         def build() -> sa.Select[Any]:
             d = t.deps
@@ -464,7 +472,7 @@ class PostgresDialect(Dialect):
             sa.literal_column("'epoch'"), sa.func.clock_timestamp(), type_=sa.Double
         )
 
-    def _first_ready_type(
+    def first_ready_type(
         self, t: Tables, types: Sequence[str], *conds: sa.ColumnElement[bool]
     ) -> sa.ScalarSelect[Any]:
         """The type tested as ``= ANY(ARRAY[...])`` (:func:`array_member`): with ``IN`` of
@@ -585,12 +593,13 @@ class PostgresDialect(Dialect):
         return counts, {}
 
     # Every group in one read: the groups and their limits are bound as two arrays.
-    _groups_per_state_read: ClassVar[int] = 1 << 30
+    groups_per_state_read: ClassVar[int] = 1 << 30
 
-    def _state_groups_shape(self, n: int) -> int:
+    def state_groups_shape(self, n: int) -> int:
+        """1 for any number of groups: they travel as two arrays (:meth:`state_groups`)."""
         return min(n, 1)
 
-    def _state_groups(
+    def state_groups(
         self,
         t: Tables,
         now: sa.ColumnElement[float],
@@ -628,7 +637,8 @@ class PostgresDialect(Dialect):
             )).select_from(picks.join(head, sa.true())),
         ]
 
-    def _state_groups_params(self, heads: Mapping[str, int]) -> dict[str, Any]:
+    def state_groups_params(self, heads: Mapping[str, int]) -> dict[str, Any]:
+        """The groups and their limits as the two arrays ``s_groups`` and ``s_limits``."""
         return {"s_groups": list(heads), "s_limits": list(heads.values())}
 
     def claim_jobs_recording(
@@ -665,7 +675,7 @@ class PostgresDialect(Dialect):
             return (
                 sa.update(j)
                 .where(
-                    self._ready_ids(t, "rq_ids"), run_after_passed(t, now),
+                    self.ready_ids(t, "rq_ids"), run_after_passed(t, now),
                 )
                 .values(**lease_values(t, req, now))
                 .returning(*claim_columns(t))
@@ -818,7 +828,7 @@ class PostgresDialect(Dialect):
 
         def build() -> sa.Select[Any]:
             released = (
-                release_dependents(t, now, partial(self._ids_in, name="r_ids"))
+                release_dependents(t, now, partial(self.ids_in, name="r_ids"))
                 .returning(t.jobs.c.state)
                 .cte("released")
             )

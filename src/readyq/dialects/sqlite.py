@@ -36,24 +36,30 @@ from sqlalchemy.engine import Connection
 from sqlalchemy.sql import operators
 
 from readyq.dialects.base import (
-    GROUP,
-    LIMIT,
+    Dialect,
+    driver_error,
+)
+from readyq.dialects.records import (
     Capabilities,
     ClaimRequest,
-    Dialect,
-    claim_columns,
-    claim_head,
-    claimed_from_row,
-    done_values,
-    driver_error,
-    group_head_params,
-    group_heads,
-    lease_values,
 )
 from readyq.dialects.sqlite_direct import DirectPlan, DirectResult, plan
 from readyq.errors import DatabaseFileUnusable, UnsupportedDatabase
 from readyq.model import ClaimedJob
 from readyq.schema import COSTED_READY, Tables, costed_index_name
+from readyq.sql.claims import (
+    GROUP,
+    LIMIT,
+    claim_columns,
+    claim_head,
+    claimed_from_row,
+    group_head_params,
+    group_heads,
+    lease_values,
+)
+from readyq.sql.leases import (
+    done_values,
+)
 
 BUSY_TIMEOUT_MS = 5000
 # The pauses between tries of the write lock (see SQLiteDialect.begin_write), seconds.
@@ -381,7 +387,7 @@ class SQLiteDialect(Dialect):
         whatever the number of ids."""
         return _in_json(column, sa.bindparam(None, list(ids), type_=_IdList))
 
-    def _pairs_match(
+    def pairs_match(
         self,
         id_column: sa.ColumnElement[Any],
         token_column: sa.ColumnElement[Any],
@@ -399,12 +405,12 @@ class SQLiteDialect(Dialect):
             sa.tuple_(id_column, token_column).in_(list(pairs)),
         )
 
-    def _ids_in(self, column: sa.ColumnElement[Any], name: str) -> sa.ColumnElement[bool]:
+    def ids_in(self, column: sa.ColumnElement[Any], name: str) -> sa.ColumnElement[bool]:
         """``column IN (SELECT value FROM json_each(:name))``; the list is bound at
         execution."""
         return _in_json(column, sa.bindparam(name, type_=_IdList))
 
-    def _costed_probe(
+    def costed_probe(
         self, t: Tables, types: Sequence[str] | None
     ) -> sa.Select[Any] | sa.TextualSelect:
         """``INDEXED BY`` the index of ready jobs with costs of their own, as SQL text
@@ -482,7 +488,7 @@ class SQLiteDialect(Dialect):
         rows = self.execute(conn, stmt, group_head_params(requests)).all()
         return [claimed_from_row(row) for row in rows]
 
-    def _done_update(
+    def done_update(
         self,
         t: Tables,
         owner: str,

@@ -1,16 +1,27 @@
 """Writes about claimed jobs, each fenced by the lease: the job's owner and token.
 
-``fence`` is the dialect's test that a row is one of the given (id, token) pairs held by
-the given owner (``Dialect._fence``); a fenced-out row is simply not updated.
+``fence`` is the test that a row is one of the given (id, token) pairs held by the given
+owner (:func:`held_by`, with the dialect's ``pairs_match``); a fenced-out row is simply
+not updated.
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 import sqlalchemy as sa
 
 from readyq.model import IN_FLIGHT_STATES
 from readyq.schema import Tables
 from readyq.sql.ready import state_in
+
+
+def held_by(
+    t: Tables, owner: str, pairs: sa.ColumnElement[bool]
+) -> sa.ColumnElement[bool]:
+    """The fence of a write about claimed jobs: ``pairs``, the test that a row is one of
+    the (id, token) leases, and the lease held by ``owner``."""
+    return sa.and_(pairs, t.jobs.c.lease_owner == owner)
 
 
 def fenced_start(
@@ -67,3 +78,16 @@ def fenced_hand_back(
             updated_at=now,
         )
     )
+
+
+def done_values(now: sa.ColumnElement[float], result: Any) -> dict[str, Any]:
+    """The SET clause that ends an attempt done, with its result."""
+    return {
+        "state": "done",
+        "result": result,
+        "error": None,
+        "finished_at": now,
+        "lease_expires": None,
+        "deadline": None,
+        "updated_at": now,
+    }

@@ -21,7 +21,7 @@ from collections.abc import Iterable
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
-from readyq.dialects.base import Dependents
+from readyq.dialects.records import Dependents
 from readyq.model import JobState
 from readyq.store.context import StoreContext
 from readyq.store.inspection import chunks

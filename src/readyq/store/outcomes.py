@@ -16,7 +16,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
-from readyq.dialects.base import Dependents
+from readyq.dialects.records import Dependents
 from readyq.errors import InvalidJob
 from readyq.model import IN_FLIGHT_STATES, ClaimedJob
 from readyq.store.context import StoreContext

@@ -465,7 +465,7 @@ def lone_run(
     With no reservation standing, one group that has work (and nothing in flight of any
     other group) is given its runnable jobs in claim order while they fit: the plan's
     order and quotas only arbitrate between groups. When its first jobs (``rows``, as
-    :class:`~readyq.dialects.base.ResourceState` holds them) all cost the same and every
+    :class:`~readyq.dialects.records.ResourceState` holds them) all cost the same and every
     start it may make fits, those starts are its first ``n`` jobs. Otherwise (costs that
     differ, a job that does not fit and would be reserved, first jobs the starts would
     use up with more to read) the plan decides."""

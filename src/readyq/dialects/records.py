@@ -1,0 +1,137 @@
+"""The records that cross the dialect seam: what the store hands a dialect's operations
+(a claim's request, the fair-share progress to store) and what they hand back (a claim's
+receipt, a batch's dependents, what a claim that weighs resources reads), and the
+database's :class:`Capabilities`. Plain values, without SQL or I/O."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, NamedTuple
+
+from readyq.model import ClaimedJob
+
+
+@dataclass(frozen=True)
+class Capabilities:
+    """What a database can do, for callers that must not test dialect names."""
+
+    skip_locked: bool
+    returning: bool
+    partial_index: bool
+    listen_notify: bool
+    row_locks: bool
+    # A read of one statement may run in autocommit without costing a round trip: psycopg
+    # sets autocommit on the client side, while PyMySQL sends a SET for it.
+    autocommit_reads: bool = False
+
+
+@dataclass(frozen=True)
+class ClaimRequest:
+    """One group's share of a claim transaction."""
+
+    owner: str
+    group: str
+    limit: int
+    ttl: float
+    types: Sequence[str] | None
+    # job type -> (timeout seconds or None, retry_on_timeout[, max_attempts]): start the
+    # jobs as they are claimed (running, with a deadline) instead of leaving them leased;
+    # the optional max_attempts is given to jobs of the type enqueued without one.
+    start: Mapping[str, tuple[Any, ...]] | None = None
+    # job type -> the stored form of its handler's resource costs, written into the jobs
+    # of the type claimed without costs of their own (see readyq.resources).
+    uses: Mapping[str, str] | None = None
+
+    def shape(self) -> tuple[Any, ...]:
+        """What the claim statement's text depends on (the rest is bound at execution)."""
+        return (
+            None if self.types is None else tuple(self.types),
+            None if self.start is None else tuple(sorted(self.start.items())),
+            None if not self.uses else tuple(sorted(self.uses.items())),
+        )
+
+    def params(self) -> dict[str, Any]:
+        """The values bound into a claim statement built by :func:`readyq.sql.claims.lease_values`
+        and :func:`readyq.sql.ready.runnable` with ``group=GROUP``."""
+        return {"rq_owner": self.owner, "rq_group": self.group, "rq_limit": self.limit,
+                "rq_ttl": self.ttl}
+
+
+class ClaimReceipt(NamedTuple):
+    """A claim whose rows may be read after its transaction commits: ``claimed`` jobs,
+    ``read()`` returns them."""
+
+    claimed: int
+    read: Callable[[], list[ClaimedJob]]
+
+
+class Dependents(NamedTuple):
+    """The dependents of some jobs: ``edges`` maps each dependent's id to its edges from
+    those jobs; ``containers`` holds the dependents that are containers, whose end a
+    release may decide (see :func:`readyq.store.graph.propagate`)."""
+
+    edges: Counter[int]
+    containers: frozenset[int] = frozenset()
+
+
+class MarkedDone(NamedTuple):
+    """What :meth:`readyq.dialects.base.Dialect.mark_done` did: ``marked`` rows and,
+    when that is the whole batch, the batch's dependents."""
+
+    marked: int
+    dependents: Dependents | None
+
+
+def dependents_from(rows: Iterable[Any]) -> Dependents:
+    """:class:`Dependents` from (dependent id, is_container) rows, one per edge; rows
+    without a dependent (an outer join's) are skipped."""
+    edges: Counter[int] = Counter()
+    boxes: set[int] = set()
+    for dependent, is_container in rows:
+        if dependent is None:
+            continue
+        edges[int(dependent)] += 1
+        if is_container:
+            boxes.add(int(dependent))
+    return Dependents(edges, frozenset(boxes))
+
+
+class Progress(NamedTuple):
+    """What a claim stores of fair share: (group, vfinish, served_seq) per group served,
+    the groups that already have a row, and the gate's new clock and sequence."""
+
+    rows: Sequence[tuple[str, float, int]]
+    known: set[str]
+    vclock: float
+    seq: int
+
+
+class ResourceState(NamedTuple):
+    """What a claim that weighs resources reads under the gate row's lock (see
+    :meth:`readyq.dialects.base.Dialect.resource_state`)."""
+
+    # (group, stored costs, jobs, largest weight) of the jobs in flight.
+    flight: list[tuple[str, str | None, int, int]]
+    # (job id, seq, held costs, state, type, group, weight, due) per reservation, oldest
+    # first; the job's columns are None for a job that is gone.
+    reservations: list[tuple[Any, ...]]
+    # group -> (vfinish, served_seq), for the groups asked for that have a history.
+    history: dict[str, tuple[float, int]]
+    # (id, group, type, stored costs, weight, priority) of the groups' first jobs.
+    heads: list[tuple[Any, ...]]
+
+
+class ResourceFlight(NamedTuple):
+    """What a claim that weighs resources reads first, to tell whether the costs can
+    change its plan (see :meth:`readyq.dialects.base.Dialect.resource_flight`)."""
+
+    # (group, stored costs, jobs, largest weight) of the jobs in flight.
+    flight: list[tuple[str, str | None, int, int]]
+    # group -> (vfinish, served_seq), for the groups asked for that have a history.
+    history: dict[str, tuple[float, int]]
+    # Whether any reservation is stored.
+    reserved: bool
+    # Whether any ready job of the types asked for has costs of its own.
+    costed: bool
