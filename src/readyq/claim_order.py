@@ -12,13 +12,15 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import TYPE_CHECKING
 
-from readyq.rate_limits import RateLimit
-from readyq.resources import ResourceView
+if TYPE_CHECKING:  # annotations only: the dialects import this module
+    from readyq.rate_limits import RateLimit
+    from readyq.resources import ResourceView
 
 
-class StartPolicy(NamedTuple):
+@dataclass(frozen=True)
+class StartPolicy:
     """How the jobs of one type start when a claim starts them at once (its handler's
     registration): the deadline's length, whether a timeout is retried, and the attempts
     given to jobs enqueued without their own (None: the queue's default)."""

@@ -78,7 +78,7 @@ class Heartbeats:
     Args:
         store: the worker's store.
         owner: the worker id its leases carry.
-        ttl: the lease length, in seconds.
+        lease_ttl: the lease length, in seconds.
         interval: seconds between two rounds.
         wake: the event a round waits on; set by :meth:`ask` and :meth:`stop`.
         on_lost: called (from the heartbeats' thread) with each attempt found lost or
@@ -89,7 +89,7 @@ class Heartbeats:
         self,
         store: Store,
         owner: str,
-        ttl: float,
+        lease_ttl: float,
         interval: float,
         *,
         wake: Event,
@@ -97,9 +97,9 @@ class Heartbeats:
     ) -> None:
         self.store = store
         self.owner = owner
-        self.ttl = ttl
+        self.lease_ttl = lease_ttl
         self.interval = interval
-        self.margin = lease_margin(ttl)
+        self.margin = lease_margin(lease_ttl)
         self.wake = wake
         self.on_lost = on_lost
         self._held: dict[int, Held] = {}
@@ -232,7 +232,9 @@ class Heartbeats:
     def _extend(self, held: Sequence[Held], began: float) -> None:
         leases = [Lease(h.claimed.id, h.claimed.lease_token) for h in held]
         try:
-            status = self.store.heartbeat(self.owner, leases, self.ttl, retries=ROUND_RETRIES)
+            status = self.store.heartbeat(
+                self.owner, leases, self.lease_ttl, retries=ROUND_RETRIES
+            )
         except Exception as exc:
             if not is_transient(exc):
                 raise
@@ -252,7 +254,7 @@ class Heartbeats:
                         began - self._failing_since,
                         extra={"event": "heartbeat_recovered", "worker_id": self.owner})
             self._failing_since = None
-        until = began + self.ttl - self.margin
+        until = began + self.lease_ttl - self.margin
         for h in held:
             st = status.get(h.claimed.id)
             if st is None:

@@ -66,6 +66,7 @@ from readyq.resources import Resource, check_uses, define
 from readyq.resources import encode as encode_uses
 from readyq.schedules import DEFAULT_TZ, JobFactory, Schedule, define_schedule
 from readyq.schema import (
+    DEFAULT_MAX_ATTEMPTS,
     DEFAULT_PREFIX,
     MAX_ATTEMPTS,
     MAX_ATTEMPTS_FROM_HANDLER,
@@ -81,7 +82,6 @@ from readyq.validation import check_model, normalize_args
 from readyq.worker import Worker, WorkerStats
 
 DEFAULT_URL = "sqlite:///readyq.db"
-DEFAULT_MAX_ATTEMPTS = 3
 DEFAULT_GROUP = "default"
 MAX_WEIGHT = 1_000_000
 MAX_PRIORITY = 1_000_000

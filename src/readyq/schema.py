@@ -217,8 +217,10 @@ ANY = ""
 # ``max_attempts`` of a job enqueued without one: the handler's registration decides,
 # in the claim that first runs the job (``readyq.sql.claims.lease_values``).
 MAX_ATTEMPTS_FROM_HANDLER = 0
-# What such a job gets when the claim knows no handler for its type.
-FALLBACK_MAX_ATTEMPTS = 3
+# The attempts of a job when neither its enqueue nor its handler gives a number: the
+# default of ``Queue(default_max_attempts=...)``, and what a claim that knows no handler
+# for the job's type gives it.
+DEFAULT_MAX_ATTEMPTS = 3
 
 # A new job row. The columns a batch insert takes from each job, and the ones every new
 # job starts with:

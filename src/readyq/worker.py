@@ -42,7 +42,7 @@ from readyq.planning.caps import current_cap
 from readyq.rate_limits import RateLimit
 from readyq.resources import Resource, handler_texts
 from readyq.schedules import Schedule
-from readyq.schema import FALLBACK_MAX_ATTEMPTS
+from readyq.schema import DEFAULT_MAX_ATTEMPTS
 from readyq.store import Applied, Outcome, OutcomeKind, Recorded, ResourceView, Store
 from readyq.store.memory import Holder
 from readyq.store.records import TIMED_OUT, TIMEOUT, Spawn
@@ -366,7 +366,7 @@ class Worker:
         *,
         max_payload_bytes: int,
         listen: bool | None = None,
-        default_max_attempts: int = FALLBACK_MAX_ATTEMPTS,
+        default_max_attempts: int = DEFAULT_MAX_ATTEMPTS,
         resources: Mapping[str, Resource] | None = None,
         spawner: Callable[..., Spawn] | None = None,
         schedules: Mapping[str, Schedule] | None = None,

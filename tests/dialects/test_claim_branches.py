@@ -17,7 +17,8 @@ from readyq.schema import build_tables
 from readyq.sql.ready import in_flight_by_group
 
 T = build_tables("readyq_")
-REQ = ClaimRequest(owner="w", group="g", limit=7, ttl=30.0, types=["a", "b"])
+ORDER = ClaimOrder(owner="w", cap=7, limit=7, lease_ttl=30.0, types=None)
+REQ = ClaimRequest(order=ORDER, group="g", limit=7, types=["a", "b"])
 
 
 def compiled(stmt: sa.ClauseElement, dialect: sa.Dialect) -> str:
@@ -39,7 +40,7 @@ def test_mysql_claim_renders_an_exclusive_skip_locked_lock(
     sa_dialect = mysql.dialect()
     sa_dialect.server_version_info = version
     sa_dialect.is_mariadb = is_mariadb
-    req = ClaimRequest(owner="w", group="g", limit=7, ttl=30.0, types=types)
+    req = ClaimRequest(order=ORDER, group="g", limit=7, types=types)
     sql = compiled(d.claim_select(T, req, d.now()), sa_dialect)
     reads = 2 if len(types) == 2 else 1
     assert sql.count("SELECT ") == reads

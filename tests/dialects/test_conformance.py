@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 from collections import Counter
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +19,7 @@ import pytest
 import sqlalchemy as sa
 
 import readyq
+from readyq.claim_order import ClaimOrder, StartPolicy
 from readyq.dialects import (
     ClaimRequest,
     Dependents,
@@ -35,6 +37,9 @@ from readyq.store.enqueue import row_values
 
 OWNER = "conformance"
 TTL = 30.0
+# The claim the requests below are shares of: leased only, or started at once.
+ORDER = ClaimOrder(owner=OWNER, cap=100, limit=100, lease_ttl=TTL, types=["t"])
+ORDER_STARTING = replace(ORDER, start={"t": StartPolicy(None)})
 
 # Every public method of the seam; the last test checks that each one has a test here.
 COVERED = {
@@ -77,8 +82,8 @@ class Seam:
         return self.conn.execute(sa.select(j).where(j.c.id == job_id)).one()
 
     def claim(self, limit: int = 10, *, group: str = "g", start: bool = True) -> list[Any]:
-        req = ClaimRequest(OWNER, group, limit, TTL, ["t"],
-                           {"t": (None, True)} if start else None)
+        order = ORDER_STARTING if start else ORDER
+        req = ClaimRequest(order, group, limit, ["t"])
         return self.d.claim_jobs(self.conn, self.t, [req], self.now)
 
 
@@ -260,7 +265,7 @@ def test_in_flight_uses_and_costed_counts(seam: Seam) -> None:
     a = seam.add(2, group="a", weight=3, uses='{"gpu":2}')
     b = seam.add(1, group="a")
     seam.add(1, group="b", uses='{"gpu":1}')
-    req = ClaimRequest(OWNER, "", 3, TTL, ["t"])
+    req = ClaimRequest(ORDER, "", 3, ["t"])
     assert len(seam.d.claim_ids(seam.conn, seam.t, req, [*a, *b], seam.now)) == 3
     rows = sorted(seam.d.in_flight_uses(seam.conn, seam.t), key=lambda r: str(r[1]))
     assert rows == [("a", None, 1, 1), ("a", '{"gpu":2}', 2, 3)]
@@ -295,7 +300,7 @@ def test_resource_heads_read_each_groups_first_jobs_with_their_costs(seam: Seam)
 def test_resource_state_reads_flight_reservations_history_and_heads(seam: Seam) -> None:
     a = seam.add(3, group="a", uses='{"gpu":1}')
     b = seam.add(2, group="b", weight=4)
-    req = ClaimRequest(OWNER, "", 1, TTL, ["t"])
+    req = ClaimRequest(ORDER, "", 1, ["t"])
     seam.d.claim_ids(seam.conn, seam.t, req, [a[0]], seam.now)
     r = seam.t.reservations
     seam.conn.execute(sa.insert(r), [{"job_id": b[1], "seq": 5, "uses": '{"gpu":2}'},
@@ -317,7 +322,7 @@ def test_resource_flight_reads_flight_history_and_whether_costs_or_reservations_
     seam: Seam,
 ) -> None:
     a = seam.add(2, group="a", weight=2)
-    req = ClaimRequest(OWNER, "", 2, TTL, ["t"], uses={"t": '{"gpu":1}'})
+    req = ClaimRequest(ORDER, "", 2, ["t"], uses={"t": '{"gpu":1}'})
     seam.d.claim_ids(seam.conn, seam.t, req, a, seam.now)
     seam.add(1, group="b")  # ready, its handler's costs not yet written
     seam.add(1, group="c", type="u", uses='{"gpu":2}')  # costs of its own, type u only
@@ -345,7 +350,8 @@ def test_claim_ids_leases_only_the_ids_still_runnable(seam: Seam) -> None:
     seam.conn.execute(
         sa.update(seam.t.jobs).where(seam.t.jobs.c.id == ids[1]).values(state="cancelled")
     )
-    req = ClaimRequest(OWNER, "", 3, TTL, ["t"], {"t": (30.0, False)})
+    order = replace(ORDER, start={"t": StartPolicy(30.0, retry_on_timeout=False)})
+    req = ClaimRequest(order, "", 3, ["t"])
     claimed = seam.d.claim_ids(seam.conn, seam.t, req, ids, seam.now)
     assert sorted(c.id for c in claimed) == [ids[0], ids[2]]
     assert all(c.attempt == 1 and c.lease_token == 1 for c in claimed)
@@ -373,7 +379,7 @@ def test_claim_jobs_leases_in_claim_order_with_a_new_token(seam: Seam) -> None:
 def test_claim_jobs_for_several_groups_in_one_call(seam: Seam) -> None:
     seam.add(3, group="a")
     seam.add(3, group="b")
-    reqs = [ClaimRequest(OWNER, "a", 2, TTL, ["t"]), ClaimRequest(OWNER, "b", 1, TTL, ["t"])]
+    reqs = [ClaimRequest(ORDER, "a", 2, ["t"]), ClaimRequest(ORDER, "b", 1, ["t"])]
     claimed = seam.d.claim_jobs(seam.conn, seam.t, reqs, seam.now)
     assert Counter(c.group for c in claimed) == {"a": 2, "b": 1}
 
@@ -396,7 +402,7 @@ def test_claim_jobs_recording_where_the_database_can(seam: Seam) -> None:
         pytest.skip(f"{seam.d.database} records the progress with a statement of its own")
     seam.add(2, group="a")
     receipt = seam.d.claim_jobs_recording(
-        seam.conn, seam.t, [ClaimRequest(OWNER, "a", 2, TTL, ["t"])], seam.now,
+        seam.conn, seam.t, [ClaimRequest(ORDER, "a", 2, ["t"])], seam.now,
         Progress([("a", 4.0, 2)], set(), 7.0, 3),
     )
     assert receipt.claimed == 2 and len(receipt.read()) == 2
@@ -408,7 +414,7 @@ def test_claim_ids_recording_where_the_database_can(seam: Seam) -> None:
     if not isinstance(seam.d, RecordsProgressInClaim):
         pytest.skip(f"{seam.d.database} records the progress with a statement of its own")
     ids = seam.add(2, group="a")
-    req = ClaimRequest(OWNER, "", 2, TTL, ["t"], uses={"t": '{"gpu":1}'})
+    req = ClaimRequest(ORDER, "", 2, ["t"], uses={"t": '{"gpu":1}'})
     receipt = seam.d.claim_ids_recording(
         seam.conn, seam.t, req, ids, seam.now, Progress([("a", 4.0, 2)], set(), 7.0, 3)
     )

@@ -16,7 +16,7 @@ import sqlalchemy as sa
 
 import readyq
 from readyq.claim_order import ClaimOrder
-from readyq.sql.ready import claim_order, runnable
+from readyq.sql.ready import claim_sort_keys, runnable
 
 BULK = 20_000
 # The indexes that hold ready jobs only (by group, by run_after, by type).
@@ -130,7 +130,7 @@ def test_runnable_selection_uses_a_ready_index(queue: readyq.Queue, dialect_name
         "group only": runnable(t, now_expr, group="default"),
     }
     for label, where in variants.items():
-        stmt = sa.select(jobs.c.id).where(where).order_by(*claim_order(t)).limit(10)
+        stmt = sa.select(jobs.c.id).where(where).order_by(*claim_sort_keys(t)).limit(10)
         sql = str(stmt.compile(dialect=queue.engine.dialect,
                                compile_kwargs={"literal_binds": True}))
         text, rows = explain(queue, dialect_name, sql)

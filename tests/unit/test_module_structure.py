@@ -129,16 +129,24 @@ def test_no_database_name_tests_outside_the_dialects_and_the_ddl() -> None:
 
 
 def test_the_seams_records_are_plain_values() -> None:
-    """``readyq.dialects.records`` builds no SQL and runs nothing: it imports no
-    SQLAlchemy and, of readyq, only the model."""
+    """``readyq.dialects.records`` and the claim's order build no SQL and run nothing:
+    they import no SQLAlchemy and, of readyq, only the model and each other (the
+    order's rate limits and resources are named in annotations only)."""
     modules = _modules()
-    tree = modules["readyq.dialects.records"]
-    assert _imports("readyq.dialects.records", tree, set(modules)) <= {"readyq.model"}
-    imported = {a.name.split(".")[0] for node in ast.walk(tree) if isinstance(node, ast.Import)
-                for a in node.names}
-    imported |= {(node.module or "").split(".")[0] for node in ast.walk(tree)
-                 if isinstance(node, ast.ImportFrom)}
-    assert "sqlalchemy" not in imported
+    known = set(modules)
+    records, order = modules["readyq.dialects.records"], modules["readyq.claim_order"]
+    assert _imports("readyq.dialects.records", records, known) <= {
+        "readyq.model", "readyq.claim_order",
+    }
+    for tree in (records, order):
+        imported = {a.name.split(".")[0] for node in ast.walk(tree)
+                    if isinstance(node, ast.Import) for a in node.names}
+        imported |= {(node.module or "").split(".")[0] for node in ast.walk(tree)
+                     if isinstance(node, ast.ImportFrom)}
+        assert "sqlalchemy" not in imported
+    runtime = [node for node in order.body if isinstance(node, ast.ImportFrom)
+               and (node.module or "").startswith("readyq")]
+    assert runtime == []
 
 
 def test_sql_builders_do_not_depend_on_the_dialects() -> None:

@@ -43,7 +43,6 @@ from readyq.planning.caps import Limits
 from readyq.planning.schedules import DEFAULT_CATCH_UP
 from readyq.queue import (
     DEFAULT_GROUP,
-    DEFAULT_MAX_ATTEMPTS,
     F,
     Queue,
     queue_duration,
@@ -52,7 +51,7 @@ from readyq.rate_limits import RateLimit
 from readyq.reports import AttemptRecord, JobPage, StuckJob
 from readyq.resources import Resource
 from readyq.schedules import DEFAULT_TZ, JobFactory
-from readyq.schema import DEFAULT_PREFIX
+from readyq.schema import DEFAULT_MAX_ATTEMPTS, DEFAULT_PREFIX
 from readyq.worker import WorkerStats
 
 T = TypeVar("T")

@@ -899,7 +899,7 @@ class Dialect(ABC):
             return sa.and_(self.ready_ids(t, "rq_ids"), run_after_passed(t, now))
 
         # Built once per shape of the request, the ids bound at execution.
-        params = {"rq_owner": req.owner, "rq_ttl": req.ttl, "rq_ids": list(ids)}
+        params = {**req.params(), "rq_ids": list(ids)}
         if self.capabilities.returning:
             stmt = self.cached(
                 ("claim_ids", j.name, req.shape()),
@@ -956,12 +956,13 @@ class Dialect(ABC):
         t: Tables,
         owner: str,
         leases: Sequence[tuple[int, int]],
-        ttl: float,
+        lease_ttl: float,
         now: sa.ColumnElement[float],
     ) -> None:
-        """Extend by ``ttl`` the leases (id, token) ``owner`` still holds, in flight."""
+        """Extend by ``lease_ttl`` the leases (id, token) ``owner`` still holds, in flight."""
         held = self.pairs_match(t.jobs.c.id, t.jobs.c.lease_token, leases)
-        conn.execute(lease_sql.fenced_heartbeat(t, now, lease_sql.held_by(t, owner, held), ttl))
+        fence = lease_sql.held_by(t, owner, held)
+        conn.execute(lease_sql.fenced_heartbeat(t, now, fence, lease_ttl))
 
     def hand_back(
         self,

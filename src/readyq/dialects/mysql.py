@@ -68,7 +68,7 @@ from readyq.sql.leases import (
 )
 from readyq.sql.ready import (
     by_type_key,
-    claim_order,
+    claim_sort_keys,
     merged_types,
     ready_of_type,
     runnable,
@@ -498,7 +498,7 @@ class MySQLDialect(Dialect):
             return _by_type(
                 sa.select(*claim_columns(t))
                 .where(runnable(t, now, group=GROUP, types=req.types))
-                .order_by(*claim_order(t, req.types))
+                .order_by(*claim_sort_keys(t, req.types))
                 .limit(LIMIT)
                 .with_for_update(skip_locked=True),
                 t,

@@ -683,8 +683,7 @@ class PostgresDialect(Dialect):
                 .add_cte(gate)
             )
 
-        params = {"rq_owner": req.owner, "rq_ttl": req.ttl, "rq_ids": list(ids),
-                  **self._progress_params(progress)}
+        params = {**req.params(), "rq_ids": list(ids), **self._progress_params(progress)}
         stmt = self.cached(("claim_ids_recording", j.name, req.shape()), build)
         result = conn.execute(stmt, params)
         return ClaimReceipt(

@@ -8,9 +8,12 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from readyq.model import ClaimedJob
+
+if TYPE_CHECKING:
+    from readyq.claim_order import ClaimOrder
 
 
 @dataclass(frozen=True)
@@ -31,32 +34,31 @@ class Capabilities:
 class ClaimRequest:
     """One group's share of a claim transaction."""
 
-    owner: str
+    # The whole claim: its owner, lease and start policies (``order.start``: start the
+    # jobs as they are claimed, running with a deadline, instead of leaving them leased).
+    order: ClaimOrder
     group: str
     limit: int
-    ttl: float
+    # The order's types as rate limits and pauses left them for this group.
     types: Sequence[str] | None
-    # job type -> (timeout seconds or None, retry_on_timeout[, max_attempts]): start the
-    # jobs as they are claimed (running, with a deadline) instead of leaving them leased;
-    # the optional max_attempts is given to jobs of the type enqueued without one.
-    start: Mapping[str, tuple[Any, ...]] | None = None
     # job type -> the stored form of its handler's resource costs, written into the jobs
     # of the type claimed without costs of their own (see readyq.resources).
     uses: Mapping[str, str] | None = None
 
     def shape(self) -> tuple[Any, ...]:
         """What the claim statement's text depends on (the rest is bound at execution)."""
+        start = self.order.start
         return (
             None if self.types is None else tuple(self.types),
-            None if self.start is None else tuple(sorted(self.start.items())),
+            None if start is None else tuple(sorted(start.items())),
             None if not self.uses else tuple(sorted(self.uses.items())),
         )
 
     def params(self) -> dict[str, Any]:
         """The values bound into a claim statement built by :func:`readyq.sql.claims.lease_values`
         and :func:`readyq.sql.ready.runnable` with ``group=GROUP``."""
-        return {"rq_owner": self.owner, "rq_group": self.group, "rq_limit": self.limit,
-                "rq_ttl": self.ttl}
+        return {"rq_owner": self.order.owner, "rq_group": self.group, "rq_limit": self.limit,
+                "rq_lease_ttl": self.order.lease_ttl}
 
 
 class ClaimReceipt(NamedTuple):

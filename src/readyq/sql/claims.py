@@ -13,8 +13,8 @@ from typing import TYPE_CHECKING, Any
 import sqlalchemy as sa
 
 from readyq.model import ClaimedJob
-from readyq.schema import FALLBACK_MAX_ATTEMPTS, GATE_ID, MAX_ATTEMPTS_FROM_HANDLER, Tables
-from readyq.sql.ready import Part, as_is, claim_order, merged_head, merged_types, runnable
+from readyq.schema import DEFAULT_MAX_ATTEMPTS, GATE_ID, MAX_ATTEMPTS_FROM_HANDLER, Tables
+from readyq.sql.ready import Part, as_is, claim_sort_keys, merged_head, merged_types, runnable
 
 if TYPE_CHECKING:
     from readyq.dialects.records import ClaimRequest
@@ -23,7 +23,7 @@ if TYPE_CHECKING:
 OWNER = sa.bindparam("rq_owner", type_=sa.String)
 GROUP = sa.bindparam("rq_group", type_=sa.String)
 LIMIT = sa.bindparam("rq_limit", type_=sa.Integer)
-TTL = sa.bindparam("rq_ttl", type_=sa.Double)
+LEASE_TTL = sa.bindparam("rq_lease_ttl", type_=sa.Double)
 
 
 def claimed_from_row(
@@ -39,9 +39,9 @@ def claimed_from_row(
         return ClaimedJob._make(row)
     id_, type_, args, attempts, max_attempts, token, group, parent, timeout = row
     if max_attempts == MAX_ATTEMPTS_FROM_HANDLER:
-        policy = (req.start or {}).get(type_) if req is not None else None
-        given = policy[2] if policy is not None and len(policy) > 2 else None
-        max_attempts = int(given) if given else FALLBACK_MAX_ATTEMPTS
+        policy = (req.order.start or {}).get(type_) if req is not None else None
+        given = policy.max_attempts if policy is not None else None
+        max_attempts = given or DEFAULT_MAX_ATTEMPTS
     return ClaimedJob(
         id_, type_, args, int(attempts) + 1, max_attempts, int(token) + 1, group, parent,
         timeout,
@@ -69,7 +69,7 @@ def claim_head(
     return (
         sa.select(*columns)
         .where(runnable(t, now, group=group, types=types, costed=costed))
-        .order_by(*claim_order(t, types))
+        .order_by(*claim_sort_keys(t, types))
         .limit(limit)
     )
 
@@ -128,18 +128,19 @@ def lease_values(t: Tables, req: ClaimRequest, now: sa.ColumnElement[float]) -> 
     The owner and the lease length are bound parameters (``req.params()``); only the
     start policies shape the SQL."""
     j = t.jobs
+    start = req.order.start
     # Jobs enqueued without max_attempts take their handler's now (the rule: a value given
     # at enqueue wins, else the registration of the handler that runs the job).
     # (A type whose handler's value is the fallback needs no arm of its own.)
     attempts = {
         k: n
-        for k, v in (req.start or {}).items()
-        if len(v) > 2 and v[2] and (n := int(v[2])) != FALLBACK_MAX_ATTEMPTS
+        for k, v in (start or {}).items()
+        if v.max_attempts and (n := v.max_attempts) != DEFAULT_MAX_ATTEMPTS
     }
     resolved: Any = (
-        sa.case(attempts, value=j.c.type, else_=FALLBACK_MAX_ATTEMPTS)
+        sa.case(attempts, value=j.c.type, else_=DEFAULT_MAX_ATTEMPTS)
         if attempts
-        else FALLBACK_MAX_ATTEMPTS
+        else DEFAULT_MAX_ATTEMPTS
     )
     values: dict[str, Any] = {
         "max_attempts": sa.case(
@@ -149,7 +150,7 @@ def lease_values(t: Tables, req: ClaimRequest, now: sa.ColumnElement[float]) -> 
         "lease_owner": OWNER,
         "lease_token": j.c.lease_token + 1,
         "attempts": j.c.attempts + 1,
-        "lease_expires": now + TTL,
+        "lease_expires": now + LEASE_TTL,
         "heartbeat_at": now,
         "updated_at": now,
         "cancel_requested": False,
@@ -160,10 +161,10 @@ def lease_values(t: Tables, req: ClaimRequest, now: sa.ColumnElement[float]) -> 
         values["uses"] = sa.func.coalesce(
             j.c.uses, sa.case(dict(req.uses), value=j.c.type, else_=sa.null())
         )
-    if req.start is not None:
-        timeouts = {k: v[0] for k, v in req.start.items() if v[0] is not None}
+    if start is not None:
+        timeouts = {k: v.timeout for k, v in start.items() if v.timeout is not None}
         # (A type that retries on timeout, as the ELSE does, needs no arm of its own.)
-        retries = {k: v[1] for k, v in req.start.items() if v[1] is not True}
+        retries = {k: False for k, v in start.items() if not v.retry_on_timeout}
         by_type: Any = sa.case(timeouts, value=j.c.type, else_=sa.null()) if timeouts else sa.null()
         values.update(
             state="running",

@@ -48,14 +48,14 @@ def fenced_start(
 
 
 def fenced_heartbeat(
-    t: Tables, now: sa.ColumnElement[float], fence: sa.ColumnElement[bool], ttl: float
+    t: Tables, now: sa.ColumnElement[float], fence: sa.ColumnElement[bool], lease_ttl: float
 ) -> sa.Update:
-    """Leases of jobs in flight extended by ``ttl`` seconds."""
+    """Leases of jobs in flight extended by ``lease_ttl`` seconds."""
     j = t.jobs
     return (
         sa.update(j)
         .where(fence, state_in(t, *IN_FLIGHT_STATES))
-        .values(lease_expires=now + ttl, heartbeat_at=now)
+        .values(lease_expires=now + lease_ttl, heartbeat_at=now)
     )
 
 

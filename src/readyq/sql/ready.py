@@ -121,7 +121,7 @@ def type_head(
     return (
         sa.select(*columns)
         .where(runnable(t, now, group=group, types=[type_], costed=costed))
-        .order_by(*claim_order(t, [type_]))
+        .order_by(*claim_sort_keys(t, [type_]))
         .limit(limit)
         # A group (or limit) from an enclosing query (a LATERAL join) is that query's.
         .correlate_except(t.jobs)
@@ -216,7 +216,7 @@ def values_in(column: sa.ColumnElement[str], values: Sequence[str]) -> sa.Column
     return column.in_([sa.bindparam(None, value, type_=column.type) for value in values])
 
 
-def claim_order(
+def claim_sort_keys(
     t: Tables, types: Sequence[str] | None = None
 ) -> tuple[sa.ColumnElement[object], ...]:
     """Higher priority first, then first in, first out (for a worker of one type on
@@ -297,7 +297,7 @@ def runnable_head(
     return (
         sa.select(j.c.weight)
         .where(runnable(t, now, group=group, types=types, costed=costed))
-        .order_by(*claim_order(t, types))
+        .order_by(*claim_sort_keys(t, types))
         .limit(limit)
     )
 

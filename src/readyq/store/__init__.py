@@ -501,14 +501,14 @@ class Store:
         )
 
     def heartbeat(
-        self, owner: str, leases: Sequence[Lease], ttl: float, *, retries: int | None = None
+        self, owner: str, leases: Sequence[Lease], lease_ttl: float, *, retries: int | None = None
     ) -> dict[int, LeaseStatus]:
         """Extend the leases still held, in one statement; report lost and cancelled jobs
         (``retries``: see :meth:`Transactions.write`)."""
         if not leases:
             return {}
         return self.write(
-            lambda conn: outcomes.heartbeat(self.context, conn, owner, leases, ttl),
+            lambda conn: outcomes.heartbeat(self.context, conn, owner, leases, lease_ttl),
             what="heartbeat", retries=retries,
         )
 

@@ -183,10 +183,7 @@ def claim_shares(
         # the fair-share clocks as they are (a group that joins later starts level).
         (key,) = ready
         limit = min(limit, cap - total_in_flight)
-        request = ClaimRequest(
-            owner=order.owner, group=key, limit=limit, ttl=order.lease_ttl, types=types_of(key),
-            start=order.start, uses=uses,
-        )
+        request = ClaimRequest(order=order, group=key, limit=limit, types=types_of(key), uses=uses)
         return _receipt(claim([request]))
     demands = []
     for key in sorted(set(ready) | set(flight)):
@@ -207,8 +204,7 @@ def claim_shares(
     plan = plan_claims(cap, demands, vclock, max_claims=limit)
     requests = [
         ClaimRequest(
-            owner=order.owner, group=key, limit=plan.claims[key], ttl=order.lease_ttl,
-            types=types_of(key), start=order.start, uses=uses,
+            order=order, group=key, limit=plan.claims[key], types=types_of(key), uses=uses
         )
         for key in dict.fromkeys(plan.picks)
     ]

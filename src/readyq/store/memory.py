@@ -33,7 +33,7 @@ class Holder:
     attempt: int
     owner: str
     lease_token: int
-    ttl: float
+    lease_ttl: float
 
 
 @dataclass(frozen=True)
@@ -50,7 +50,7 @@ def fence(ctx: StoreContext, conn: Connection, h: Holder) -> None:
     j = ctx.tables.jobs
     held = sa.and_(j.c.id == h.job_id, j.c.lease_token == h.lease_token,
                    j.c.lease_owner == h.owner)
-    if conn.execute(fenced_heartbeat(ctx.tables, ctx.now, held, h.ttl)).rowcount != 1:
+    if conn.execute(fenced_heartbeat(ctx.tables, ctx.now, held, h.lease_ttl)).rowcount != 1:
         raise LeaseLost(f"job {h.job_id} attempt {h.attempt} lost its lease: nothing was stored")
 
 

@@ -110,12 +110,12 @@ def start_jobs(
 
 
 def heartbeat(
-    ctx: StoreContext, conn: Connection, owner: str, leases: Sequence[Lease], ttl: float
+    ctx: StoreContext, conn: Connection, owner: str, leases: Sequence[Lease], lease_ttl: float
 ) -> dict[int, LeaseStatus]:
     """Extend the leases still held, in one statement; report lost and cancelled jobs."""
     pairs = [(x.id, x.token) for x in leases]
     tokens = dict(pairs)
-    ctx.dialect.extend_leases(conn, ctx.tables, owner, pairs, ttl, ctx.now)
+    ctx.dialect.extend_leases(conn, ctx.tables, owner, pairs, lease_ttl, ctx.now)
     status = {x.id: LeaseStatus(lost=True, cancel_requested=False) for x in leases}
     for r in ctx.dialect.lease_rows(conn, ctx.tables, list(tokens)):
         held = (

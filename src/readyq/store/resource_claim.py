@@ -263,8 +263,7 @@ def claim_weighed(
     written: set[str] | None = None
     if picks:
         request = ClaimRequest(
-            owner=order.owner, group="", limit=len(picks), ttl=order.lease_ttl, types=types,
-            start=order.start, uses=view.handler_text,
+            order=order, group="", limit=len(picks), types=types, uses=view.handler_text
         )
         ids = [c.id for c in picks]
         recorder = ctx.progress_recorder
