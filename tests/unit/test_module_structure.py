@@ -126,3 +126,26 @@ def test_no_database_name_tests_outside_the_dialects_and_the_ddl() -> None:
             if DATABASE_TEST.search(line):
                 offenders.append(f"{rel}:{n}: {line.strip()}")
     assert offenders == []
+
+
+# The worker's parts, below the loop (readyq.worker) that assembles them, in layers: a
+# part imports only the parts listed after it.
+WORKER_PARTS = [
+    "readyq.recording",
+    "readyq.child_attempts",
+    "readyq.attempt_outcomes",
+    "readyq.worker_state",
+    "readyq.process_signals",
+]
+
+
+def test_the_worker_parts_only_import_downwards() -> None:
+    modules = _modules()
+    known = set(modules)
+    above = {"readyq.worker", "readyq.aio.worker"}
+    offenders = []
+    for n, name in enumerate(WORKER_PARTS):
+        not_below = above | set(WORKER_PARTS[: n + 1])
+        wrong = _imports(name, modules[name], known) & (not_below - {name})
+        offenders += [f"{name} imports {m}" for m in sorted(wrong)]
+    assert offenders == []
