@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import timedelta
 from typing import TypedDict
 
@@ -58,9 +58,11 @@ def _positive_seconds(value: float | timedelta, what: str) -> float:
     return float(seconds)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, init=False)
 class WorkerOptions:
-    """How a worker runs; every field is checked when the options are made.
+    """How a worker runs; every field is checked when the options are made, and holds
+    its checked form: durations in seconds (a timedelta given is converted), and
+    ``concurrency`` as its tuple of limits.
 
     Args:
         concurrency: the global cap: an int, a callable re-read every tick (free GPU
@@ -94,45 +96,54 @@ class WorkerOptions:
         ConfigurationError: for a value out of its range.
     """
 
-    concurrency: Limits = DEFAULT_CONCURRENCY
-    lease_ttl: float | timedelta = DEFAULT_LEASE_TTL
-    heartbeat_interval: float | timedelta = DEFAULT_HEARTBEAT_INTERVAL
-    poll_interval: float | timedelta = DEFAULT_POLL_INTERVAL
-    types: Sequence[str] | None = None
-    worker_id: str | None = None
-    max_running: int | None = None
-    shutdown_grace: float | timedelta = DEFAULT_SHUTDOWN_GRACE
-    freeze_gc: bool = True
-    isolation: str = "thread"
-    kill_grace: float | timedelta = DEFAULT_KILL_GRACE
-    max_jobs_per_child: int | None = None
-    max_memory_per_child: int | None = None
-    # The checked forms, computed once.
-    limits: tuple[Limit, ...] = field(init=False, repr=False, compare=False)
-    lease_seconds: float = field(init=False, repr=False, compare=False)
-    heartbeat_seconds: float = field(init=False, repr=False, compare=False)
-    poll_seconds: float = field(init=False, repr=False, compare=False)
-    grace_seconds: float = field(init=False, repr=False, compare=False)
-    kill_grace_seconds: float = field(init=False, repr=False, compare=False)
+    concurrency: tuple[Limit, ...]
+    lease_ttl: float
+    heartbeat_interval: float
+    poll_interval: float
+    types: Sequence[str] | None
+    worker_id: str | None
+    max_running: int | None
+    shutdown_grace: float
+    freeze_gc: bool
+    isolation: str
+    kill_grace: float
+    max_jobs_per_child: int | None
+    max_memory_per_child: int | None
 
-    def __post_init__(self) -> None:
+    def __init__(
+        self,
+        concurrency: Limits = DEFAULT_CONCURRENCY,
+        lease_ttl: float | timedelta = DEFAULT_LEASE_TTL,
+        heartbeat_interval: float | timedelta = DEFAULT_HEARTBEAT_INTERVAL,
+        poll_interval: float | timedelta = DEFAULT_POLL_INTERVAL,
+        types: Sequence[str] | None = None,
+        worker_id: str | None = None,
+        max_running: int | None = None,
+        shutdown_grace: float | timedelta = DEFAULT_SHUTDOWN_GRACE,
+        freeze_gc: bool = True,
+        isolation: str = "thread",
+        kill_grace: float | timedelta = DEFAULT_KILL_GRACE,
+        max_jobs_per_child: int | None = None,
+        max_memory_per_child: int | None = None,
+    ) -> None:
+        # Each option keeps its name from the API down: the field holds its checked form.
         set_ = object.__setattr__
-        set_(self, "limits", normalize(self.concurrency))
-        set_(self, "lease_seconds", _positive_seconds(self.lease_ttl, "lease_ttl"))
+        set_(self, "concurrency", normalize(concurrency))
+        set_(self, "lease_ttl", _positive_seconds(lease_ttl, "lease_ttl"))
         set_(
             self,
-            "heartbeat_seconds",
-            _positive_seconds(self.heartbeat_interval, "heartbeat_interval"),
+            "heartbeat_interval",
+            _positive_seconds(heartbeat_interval, "heartbeat_interval"),
         )
-        set_(self, "poll_seconds", _positive_seconds(self.poll_interval, "poll_interval"))
-        max_running = self.max_running
-        if max_running is not None and (
-            isinstance(max_running, bool) or not isinstance(max_running, int) or max_running < 1
-        ):
-            raise ConfigurationError(f"max_running must be an int >= 1, not {max_running!r}")
-        if not isinstance(self.freeze_gc, bool):
-            raise ConfigurationError(f"freeze_gc must be True or False, not {self.freeze_gc!r}")
-        grace = self.shutdown_grace
+        set_(self, "poll_interval", _positive_seconds(poll_interval, "poll_interval"))
+        set_(self, "types", types)
+        set_(self, "worker_id", worker_id)
+        set_(self, "max_running", max_running)
+        set_(self, "freeze_gc", freeze_gc)
+        set_(self, "isolation", isolation)
+        set_(self, "max_jobs_per_child", max_jobs_per_child)
+        set_(self, "max_memory_per_child", max_memory_per_child)
+        grace = shutdown_grace
         grace = grace.total_seconds() if isinstance(grace, timedelta) else grace
         if (
             isinstance(grace, bool)
@@ -140,20 +151,30 @@ class WorkerOptions:
             or not 0 <= grace <= MAX_SECONDS
         ):
             raise ConfigurationError(
-                f"shutdown_grace must be a duration >= 0, not {self.shutdown_grace!r}"
+                f"shutdown_grace must be a duration >= 0, not {shutdown_grace!r}"
             )
-        set_(self, "grace_seconds", float(grace))
-        if self.heartbeat_seconds * 2 > self.lease_seconds:
+        set_(self, "shutdown_grace", float(grace))
+        set_(self, "kill_grace", _positive_seconds(kill_grace, "kill_grace"))
+        self._check()
+
+    def _check(self) -> None:
+        max_running = self.max_running
+        if max_running is not None and (
+            isinstance(max_running, bool) or not isinstance(max_running, int) or max_running < 1
+        ):
+            raise ConfigurationError(f"max_running must be an int >= 1, not {max_running!r}")
+        if not isinstance(self.freeze_gc, bool):
+            raise ConfigurationError(f"freeze_gc must be True or False, not {self.freeze_gc!r}")
+        if self.heartbeat_interval * 2 > self.lease_ttl:
             raise ConfigurationError(
-                f"heartbeat_interval ({self.heartbeat_seconds:g}s) must be at most half of "
-                f"lease_ttl ({self.lease_seconds:g}s), so that one late heartbeat does not "
+                f"heartbeat_interval ({self.heartbeat_interval:g}s) must be at most half of "
+                f"lease_ttl ({self.lease_ttl:g}s), so that one late heartbeat does not "
                 "lose the lease"
             )
         if self.isolation not in ISOLATIONS:
             raise ConfigurationError(
                 f"isolation must be one of {', '.join(ISOLATIONS)}, not {self.isolation!r}"
             )
-        set_(self, "kill_grace_seconds", _positive_seconds(self.kill_grace, "kill_grace"))
         for name in ("max_jobs_per_child", "max_memory_per_child"):
             value = getattr(self, name)
             if value is not None and (

@@ -41,11 +41,11 @@ ANSWER_WITHIN = 5.0
 ROUND_RETRIES = 1
 
 
-def lease_margin(lease_seconds: float) -> float:
+def lease_margin(lease_ttl: float) -> float:
     """How long before a lease's local end the worker gives it up: 1 s, or a tenth of
     a short lease. It covers the time it takes to notice (the 0.1 s watch of an isolated
     child) and to kill."""
-    return min(1.0, lease_seconds / 10)
+    return min(1.0, lease_ttl / 10)
 
 
 class Event(Protocol):

@@ -9,119 +9,57 @@ allow (one transaction). Handlers run in their own threads and never hold a conn
 from __future__ import annotations
 
 import asyncio
-import gc
 import logging
 import os
 import secrets
-import signal
 import socket
 import threading
 import time
-import traceback
 from collections import deque
-from collections.abc import Callable, Iterator, Mapping
-from contextlib import contextmanager
-from dataclasses import asdict, dataclass, field
-from typing import Any
+from collections.abc import Callable, Mapping
+from dataclasses import asdict, dataclass
+from typing import Any, Protocol
 
+from readyq.attempt_outcomes import done_outcome
 from readyq.checkpoints import AttemptMemory, StoreBackend
+from readyq.child_attempts import ChildAttempts
 from readyq.claim_order import ClaimOrder, StartPolicy
 from readyq.config import WorkerOptions
-from readyq.errors import ConfigurationError, InvalidJob, InvalidJobResult, LeaseLost
+from readyq.errors import ConfigurationError, LeaseLost
 from readyq.firing import BatchBuilder, ScheduleFirer
 from readyq.handlers import HandlerSpec
 from readyq.heartbeats import Heartbeats, start_thread
-from readyq.isolation import ChildPool, JobRequest, Watch, check_importable, run_in_child
-from readyq.memory_relay import start as start_memory
-from readyq.metrics import FINISHED_STATES, Observers
-from readyq.model import ClaimedJob, Flag, Job, LeaseFlag, job_log_fields
-from readyq.payload import decode, decode_stored, encode
-from readyq.planning.attempts import Ended, attempt_end
-from readyq.planning.backoff import retry_delay
+from readyq.metrics import Observers
+from readyq.model import ClaimedJob, Flag, Job, LeaseFlag
+from readyq.payload import decode, decode_stored
 from readyq.planning.caps import current_cap
+from readyq.process_signals import frozen_heap, install_stop_signals, restore_signals
 from readyq.rate_limits import RateLimit
+from readyq.recording import Recorder
 from readyq.resources import Resource, handler_texts
 from readyq.schedules import Schedule
 from readyq.schema import DEFAULT_MAX_ATTEMPTS
-from readyq.store import Applied, Outcome, OutcomeKind, Recorded, ResourceView, Store
+from readyq.store import Outcome, OutcomeKind, ResourceView, Store
 from readyq.store.memory import Holder
-from readyq.store.records import TIMED_OUT, TIMEOUT, Spawn
-from readyq.tracing import attempt_span, mark_failed, spans_enabled
+from readyq.store.records import Spawn
+from readyq.tracing import attempt_span, spans_enabled
 from readyq.transient import BACKOFF_MAX, describe, is_transient, next_backoff, waited_out
 from readyq.untrusted import one_line
-from readyq.validation import dump_result, parse_args
+from readyq.validation import parse_args
 from readyq.wakeup import start_listener
+from readyq.worker_state import (
+    Inbox,
+    LoopEvent,
+    RunningAttempt,
+    WorkerStats,
+    claimed_fields,
+)
+
+__all__ = ["HandlerPool", "Launcher", "TickResult", "Worker", "WorkerStats", "prepare_job"]
 
 log = logging.getLogger("readyq.worker")
 
 FLUSH_LINGER = 0.01
-# The error types of attempts that ended with their child process (readyq.isolation).
-CHILD_DIED = "ChildProcessDied"
-CHILD_ENDS = frozenset({"Timeout", "MemoryLimit", CHILD_DIED, "Cancelled", "LeaseLost"})
-# The error type of an attempt whose outcome the database refused to store, and of one
-# whose stored args cannot be read.
-VALUE_REFUSED = "ValueRefused"
-UNREADABLE_ARGS = "UnreadableArgs"
-# The kinds every outcome is built with and sorted by, read once: on Python 3.11 each
-# ``OutcomeKind.X`` goes through EnumType.__getattr__'s slow attribute path.
-_DONE, _RETRY, _FAIL, _CANCEL = (
-    OutcomeKind.DONE, OutcomeKind.RETRY, OutcomeKind.FAIL, OutcomeKind.CANCEL
-)
-
-# Workers of this process that keep the heap frozen (see ``frozen_heap``), and whether
-# the freeze is theirs.
-_freeze_lock = threading.Lock()
-_freeze_holders = 0
-_freeze_ours = False
-
-
-@contextmanager
-def frozen_heap(enabled: bool = True) -> Iterator[None]:
-    """While inside, the objects that existed on entry are left out of the cyclic
-    garbage collector's passes (``gc.freeze()``); they are handed back on the way out.
-
-    A worker's per-job objects get promoted to the oldest generation, and each full
-    pass would then walk the whole process (modules, SQLAlchemy's caches, the
-    application's state); frozen, a pass walks only what came since (measured:
-    docs/throughput.md). Process-wide and counted: the first worker in freezes, the
-    last out unfreezes; a heap the application froze itself is left as it is.
-    """
-    global _freeze_holders, _freeze_ours
-    if not enabled:
-        yield
-        return
-    with _freeze_lock:
-        if _freeze_holders == 0 and gc.get_freeze_count() == 0:
-            gc.freeze()
-            _freeze_ours = True
-        _freeze_holders += 1
-    try:
-        yield
-    finally:
-        with _freeze_lock:
-            _freeze_holders -= 1
-            if _freeze_holders == 0 and _freeze_ours:
-                gc.unfreeze()
-                _freeze_ours = False
-
-
-@dataclass
-class WorkerStats:
-    """Counters of one worker's run."""
-
-    claimed: int = 0
-    done: int = 0
-    retried: int = 0
-    failed: int = 0
-    cancelled: int = 0
-    fenced_out: int = 0
-    leases_lost: int = 0
-    reclaimed: int = 0
-    timed_out: int = 0
-    db_errors: int = 0
-    ticks: int = 0
-    # Schedule occurrences this worker enqueued (readyq.firing).
-    fired: int = 0
 
 
 @dataclass(frozen=True)
@@ -135,32 +73,20 @@ class TickResult:
     requested: int = 0
 
 
-@dataclass(slots=True)
-class RunningAttempt:
-    """An attempt this worker holds a lease for."""
+class Launcher(Protocol):
+    """Where the worker submits its attempts to run (``fn(entry)`` each): a
+    :class:`HandlerPool`, or the asyncio worker's, which runs ``async def`` handlers on
+    its event loop."""
 
-    claimed: ClaimedJob
-    job: Job
-    spec: HandlerSpec
-    # The job's ``lease_lost`` and ``cancelled``, set by this worker; ``lost`` is also
-    # true by itself once the lease may have run out (see readyq.heartbeats).
-    lost: LeaseFlag
-    cancelled: Flag
-    cancel_seen: bool = False
-    # Whether the attempt runs in a span (asked once per claimed batch: the check reads
-    # the environment when no provider is set).
-    traced: bool = False
-    # Whether the handler runs in a child process (see readyq.isolation).
-    isolated: bool = False
-    # Why the stored args cannot be read (a row written by hand), when they cannot: the
-    # attempt then fails without running.
-    unreadable: str | None = None
+    def submit(
+        self, fn: Callable[[RunningAttempt], None], entry: RunningAttempt, /
+    ) -> None: ...
 
+    def submit_many(
+        self, fn: Callable[[RunningAttempt], None], entries: list[RunningAttempt], /
+    ) -> None: ...
 
-@dataclass
-class _Inbox:
-    outcomes: deque[Outcome] = field(default_factory=deque)
-    wake: threading.Event = field(default_factory=threading.Event)
+    def shutdown(self) -> None: ...
 
 
 class HandlerPool:
@@ -247,11 +173,6 @@ class HandlerPool:
             self._wake.notify_all()
 
 
-def claimed_fields(c: ClaimedJob) -> dict[str, object]:
-    """The structured log fields of an attempt (never its args)."""
-    return job_log_fields(c.id, c.type, c.attempt, c.group)
-
-
 def prepare_job(job: Job, spec: HandlerSpec) -> None:
     """Turn ``job.args`` into the handler's ``args_model`` instance, if it has one.
 
@@ -259,87 +180,6 @@ def prepare_job(job: Job, spec: HandlerSpec) -> None:
     """
     if spec.args_model is not None:
         job.args = parse_args(spec.args_model, job.type, job.args)
-
-
-def done_outcome(
-    c: ClaimedJob,
-    value: Any,
-    max_bytes: int,
-    spec: HandlerSpec | None = None,
-    *,
-    duration: float = 0.0,
-    spawns: tuple[Spawn, ...] = (),
-) -> Outcome:
-    """The outcome of an attempt whose handler returned ``value`` (having staged
-    ``spawns``).
-
-    Raises InvalidJobResult when the value cannot be stored (or fails the handler's
-    ``result_model``); the caller fails the attempt with it.
-    """
-    value = dump_result(None if spec is None else spec.result_model, c.type, value)
-    try:
-        result_json = encode(value, max_bytes=max_bytes, what="result")
-    except InvalidJob as exc:
-        raise InvalidJobResult(
-            f"the handler of job type {c.type!r} returned a result that cannot be stored: "
-            f"the {exc}"
-        ) from None
-    return Outcome(job=c, kind=_DONE, result_json=result_json, duration=duration,
-                   spawns=spawns)
-
-
-def failed_outcome(
-    c: ClaimedJob,
-    job: Job,
-    spec: HandlerSpec,
-    exc: BaseException,
-    *,
-    duration: float = 0.0,
-) -> Outcome:
-    """The outcome of an attempt whose handler raised ``exc``: cancel, retry or fail.
-
-    Shared by the thread worker and the asyncio worker.
-    """
-    error = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
-    return error_outcome(c, job, spec, error, type(exc).__name__, duration=duration)
-
-
-def error_outcome(
-    c: ClaimedJob,
-    job: Job,
-    spec: HandlerSpec,
-    error: str,
-    error_type: str,
-    *,
-    duration: float = 0.0,
-    ended: Ended = Ended.RAISED,
-) -> Outcome:
-    """The outcome of an attempt that ``ended`` with ``error`` (a traceback, or what
-    became of its child process), as :func:`readyq.planning.attempts.attempt_end`
-    decides it. A retry waits the handler's backoff; after a timeout, the backoff a
-    sweep would give it."""
-    end = attempt_end(ended, cancel_requested=job.cancelled, attempt=c.attempt,
-                      max_attempts=c.max_attempts, retry_on_timeout=spec.retry_on_timeout)
-    kind = OutcomeKind(end)
-    delay = 0.0
-    if kind is _RETRY:
-        delay = (retry_delay(c.attempt) if ended is Ended.TIMED_OUT
-                 else retry_delay(c.attempt, base=spec.retry_base, maximum=spec.retry_max))
-    return Outcome(job=c, kind=kind, error=error, duration=duration, error_type=error_type,
-                   delay=delay)
-
-
-def refused_outcome(o: Outcome, exc: BaseException) -> Outcome:
-    """The failure that replaces outcome ``o`` when the database refused a value it
-    carries (``exc``): the job fails, with an error that says what was refused."""
-    what = "result" if o.kind == _DONE else "error text"
-    end = attempt_end(Ended.UNRUNNABLE, cancel_requested=False, attempt=o.job.attempt,
-                      max_attempts=o.job.max_attempts)
-    return Outcome(
-        job=o.job, kind=OutcomeKind(end), duration=o.duration, error_type=VALUE_REFUSED,
-        error=(f"the attempt ended {o.kind}, but the database refused its {what}: "
-               f"{one_line(describe(exc))}"),
-    )
 
 
 def default_worker_id() -> str:
@@ -353,7 +193,13 @@ class Worker:
 
     Build it with ``Queue.worker()``. It works with exactly what it is given: the store,
     the handlers by job type, the observers (shared with the queue, so one added later is
-    seen), the rate limits by name, and its :class:`readyq.WorkerOptions`.
+    seen), the rate limits by name, and its :class:`readyq.WorkerOptions`, which are
+    its only copy of them (``worker.options``).
+
+    A subclass that runs the loop elsewhere (:class:`readyq.aio.worker.AsyncWorker`)
+    supplies what differs there: ``stop_event`` (set by ``stop``), ``wake_event`` (wakes
+    the loop when an attempt finishes) and ``launcher`` (where attempts run). By
+    default they are ``threading.Event`` objects and a :class:`HandlerPool`.
     """
 
     def __init__(
@@ -371,20 +217,14 @@ class Worker:
         spawner: Callable[..., Spawn] | None = None,
         schedules: Mapping[str, Schedule] | None = None,
         batch_of: BatchBuilder | None = None,
+        stop_event: LoopEvent | None = None,
+        wake_event: LoopEvent | None = None,
+        launcher: Launcher | None = None,
     ) -> None:
         self.store = store
         # Checks and builds what a handler spawns (``Job.spawn``); None: cannot spawn.
         self.spawner = spawner
         self.options = options
-        self.limits = options.limits
-        self.lease_ttl = options.lease_seconds
-        self.poll_interval = options.poll_seconds
-        self.max_running = options.max_running
-        # Whether ``run`` keeps the heap that existed before it out of the garbage
-        # collector's passes (see ``frozen_heap``).
-        self.freeze_gc = options.freeze_gc
-        # Seconds that SIGTERM/SIGINT give running jobs to finish before they are handed back.
-        self.shutdown_grace = options.grace_seconds
         self.max_payload_bytes = max_payload_bytes
         self.listen = listen
         # Attempts of a job enqueued without max_attempts whose handler sets none.
@@ -431,8 +271,8 @@ class Worker:
             self.firer = ScheduleFirer(store, schedules, batch_of, self.worker_id)
         self.stats = WorkerStats()
         self._running: dict[int, RunningAttempt] = {}
-        self._inbox = _Inbox()
-        self._stop = threading.Event()
+        self._inbox = Inbox() if wake_event is None else Inbox(wake=wake_event)
+        self._stop: LoopEvent = threading.Event() if stop_event is None else stop_event
         # ``job.stopping`` of every job this worker runs: set when it begins a graceful
         # stop. One flag for all, so that a job costs no object more.
         self._stopping = Flag()
@@ -446,13 +286,13 @@ class Worker:
         # readyq.heartbeats); attempts lost or given up there wait here for the loop.
         self._gone: deque[RunningAttempt] = deque()
         self.heartbeats = Heartbeats(
-            store, self.worker_id, self.lease_ttl, options.heartbeat_seconds,
+            store, self.worker_id, options.lease_ttl, options.heartbeat_interval,
             wake=threading.Event(), on_lost=self._on_lost,
         )
         # Whether ``run_once`` runs the heartbeat rounds itself: when nothing else does
         # (a worker driven tick by tick, not by ``run``).
         self._beats_inline = True
-        self._pool: Any = HandlerPool()
+        self._pool: Launcher = HandlerPool() if launcher is None else launcher
         # Database reachability: connected once (dialect known), and the outage under way.
         self._connected = False
         self._outage_since: float | None = None
@@ -461,13 +301,20 @@ class Worker:
         self._listener: Any = None
         # How long finished attempts may wait for others to finish, so that they are
         # recorded together in one transaction.
-        self.linger = min(FLUSH_LINGER, self.poll_interval)
-        # Job types whose handlers run in child processes, and the pool (made at first use).
-        self.isolated_types = {t for t in self.types if self._isolates(self.handlers[t])}
-        for t in self.isolated_types:
-            check_importable(self.handlers[t].fn, t)
-        self._children: ChildPool | None = None
-        self._children_lock = threading.Lock()
+        self.linger = min(FLUSH_LINGER, options.poll_interval)
+        # The attempts whose handlers run in child processes, and their pool.
+        self._children = ChildAttempts(
+            options, self.handlers, self.types, worker_id=self.worker_id,
+            max_payload_bytes=max_payload_bytes, heartbeats=self.heartbeats,
+            stopping=self._stopping, backend_of=self._backend_of,
+        )
+        # Job types whose handlers run in child processes.
+        self.isolated_types = self._children.types
+        self._recorder = Recorder(
+            store, self.worker_id, stats=self.stats, observers=observers,
+            heartbeats=self.heartbeats, running=self._running, inbox=self._inbox,
+            job_of=self._job_of,
+        )
         # Import the tracing API (when installed) now rather than at the first claim,
         # where it held the first jobs back for several milliseconds.
         spans_enabled()
@@ -506,7 +353,7 @@ class Worker:
         self.store.runnable_exists(self.types, costed=bool(self.resources))
         self.store.has_unfinished(self.types)
         self.store.reclaim_due()
-        cap = current_cap(self.limits)
+        cap = current_cap(self.options.concurrency)
         self.store.dry_run_cycle(self._claim_order(cap, self._local_cap(cap)))
 
     def _claim_order(self, cap: int, limit: int) -> ClaimOrder:
@@ -517,7 +364,7 @@ class Worker:
             owner=self.worker_id,
             cap=cap,
             limit=limit,
-            lease_ttl=self.lease_ttl,
+            lease_ttl=self.options.lease_ttl,
             types=self.types,
             start=self.start_policies,
             rate_limits=self.rate_limits,
@@ -537,7 +384,8 @@ class Worker:
 
     def _local_cap(self, cap: int) -> int:
         """The most jobs this process may run at once under a global cap of ``cap``."""
-        return cap if self.max_running is None else min(cap, self.max_running)
+        max_running = self.options.max_running
+        return cap if max_running is None else min(cap, max_running)
 
     def stop(self, grace: float = 0.0) -> None:
         """Stop claiming; running jobs get ``grace`` seconds to finish and be recorded.
@@ -573,10 +421,10 @@ class Worker:
         log.info("worker %s started (types: %s)", self.worker_id, ", ".join(self.types),
                  extra={"event": "worker_started", "worker_id": self.worker_id,
                         "job_types": list(self.types)})
-        previous = self._install_signals() if handle_signals else {}
+        previous = install_stop_signals(self._on_stop_signal) if handle_signals else {}
         stop_heartbeats = self._start_heartbeats()
         try:
-            with frozen_heap(self.freeze_gc):
+            with frozen_heap(self.options.freeze_gc):
                 self._run_ticks(until_idle)
                 self._drain()
         except KeyboardInterrupt:
@@ -592,8 +440,7 @@ class Worker:
                 self._shutdown()
             finally:
                 stop_heartbeats()
-                for sig, handler in previous.items():
-                    signal.signal(sig, signal.SIG_DFL if handler is None else handler)
+                restore_signals(previous)
         log.info("worker %s stopped: %s", self.worker_id, self.stats,
                  extra={"event": "worker_stopped", "worker_id": self.worker_id,
                         "stats": asdict(self.stats)})
@@ -735,19 +582,12 @@ class Worker:
         self._outage_failures = 0
         self._backoff = 0.0
 
-    def _install_signals(self) -> dict[int, Any]:
-        if threading.current_thread() is not threading.main_thread():
-            return {}
-
-        def on_signal(signum: int, frame: Any) -> None:
-            if signum == signal.SIGINT:
-                self._interrupted = True
-            self.stop(0.0 if self._stop.is_set() else self.shutdown_grace)
-
-        previous: dict[int, Any] = {}
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            previous[sig] = signal.signal(sig, on_signal)
-        return previous
+    def _on_stop_signal(self, interrupted: bool) -> None:
+        """SIGTERM or SIGINT (``interrupted``): stop with the shutdown grace; a second
+        signal ends the grace period at once."""
+        if interrupted:
+            self._interrupted = True
+        self.stop(0.0 if self._stop.is_set() else self.options.shutdown_grace)
 
     def _drain(self) -> None:
         """After ``stop(grace)``: claim nothing, keep heartbeating and recording outcomes
@@ -802,11 +642,11 @@ class Worker:
     def _wait_time(self) -> float:
         firer = self.firer
         if firer is None:
-            return self.poll_interval
+            return self.options.poll_interval
         due = firer.next_due()
         if due is None:
-            return self.poll_interval
-        return max(0.0, min(self.poll_interval, due - time.monotonic()))
+            return self.options.poll_interval
+        return max(0.0, min(self.options.poll_interval, due - time.monotonic()))
 
     def run_once(self) -> TickResult:
         """One tick: heartbeat and reclaim if due, then record outcomes and claim.
@@ -822,7 +662,7 @@ class Worker:
         while self._gone:
             self._lose(self._gone.popleft())
         reclaimed = 0
-        if now - self._last_reclaim >= self.poll_interval:
+        if now - self._last_reclaim >= self.options.poll_interval:
             self._last_reclaim = now
             result = self.store.reclaim_expired()
             reclaimed = result.total
@@ -836,7 +676,7 @@ class Worker:
         outcomes: list[Outcome] = []
         while self._inbox.outcomes:
             outcomes.append(self._inbox.outcomes.popleft())
-        cap = 0 if self._stop.is_set() else current_cap(self.limits)
+        cap = 0 if self._stop.is_set() else current_cap(self.options.concurrency)
         local = self._local_cap(cap)
         finishing = sum(
             1
@@ -852,18 +692,18 @@ class Worker:
                 outcomes, self._claim_order(cap, free)
             )
         except BaseException as exc:
-            if not outcomes or not self._is_refusal(exc):
+            if not outcomes or not self._recorder.is_refusal(exc):
                 self._inbox.outcomes.extendleft(reversed(outcomes))
                 raise
             # A value one outcome carries was refused: recorded apart, that one alone
             # fails, and the claim waits for the next tick.
-            outcomes, applied = self._record_apart(outcomes)
+            outcomes, applied = self._recorder.record_apart(outcomes)
             claimed = []
         if cap > 0 and free > 0:
             self.observers.emit("on_claim", time.perf_counter() - began, len(claimed))
-        self._record(outcomes, applied)
+        self._recorder.record(outcomes, applied)
         if claimed:
-            self._launch(claimed, lease_from + self.lease_ttl)
+            self._launch(claimed, lease_from + self.options.lease_ttl)
         return TickResult(
             finished=len(outcomes),
             claimed=len(claimed),
@@ -923,20 +763,21 @@ class Worker:
 
     def _execute(self, entry: RunningAttempt) -> None:
         began = time.monotonic()
-        if self._too_late(entry, began) or self._unrunnable(entry):
+        recorder = self._recorder
+        if recorder.too_late(entry) or recorder.unrunnable(entry):
             return
         if entry.traced:
             with attempt_span(entry.claimed) as span:
                 outcome = self._attempt(entry, began, span)
         else:  # no span to open: spare every attempt the context manager
             outcome = self._attempt(entry, began, None)
-        self._report(outcome)
+        recorder.report(outcome)
 
     def _attempt(self, entry: RunningAttempt, began: float, span: Any) -> Outcome:
         """Run the handler; the attempt's outcome, whatever the handler did."""
         job, spec = entry.job, entry.spec
         if entry.isolated:
-            return self._attempt_in_child(entry, began)
+            return self._children.run(entry, began)
         try:
             prepare_job(job, spec)
             value = asyncio.run(spec.fn(job)) if spec.is_async else spec.fn(job)
@@ -946,7 +787,7 @@ class Worker:
                                 spawns=job.staged_spawns())
         except BaseException as exc:  # a handler's failure, whatever it is, fails it
             self._settle(job)
-            return self._failed(entry, began, span, exc)
+            return self._recorder.failed(entry, began, span, exc)
 
     def _settle(self, job: Job) -> None:
         """Close the attempt's memory (its last progress written); never fails it."""
@@ -964,272 +805,9 @@ class Worker:
     def _backend_of(self, job: Job) -> StoreBackend:
         """Where ``job``'s attempt reads and writes its memory: the store, fenced by its
         lease."""
-        holder = Holder(job.id, job.attempt, self.worker_id, job.lease_token, self.lease_ttl)
+        holder = Holder(job.id, job.attempt, self.worker_id, job.lease_token,
+                        self.options.lease_ttl)
         return StoreBackend(self.store, holder)
-
-    def _isolates(self, spec: HandlerSpec) -> bool:
-        """Whether ``spec``'s handler runs in a child process: its own choice, else the
-        worker's for plain functions (``async def`` handlers stay on the event loop
-        unless they ask)."""
-        if spec.isolation is not None:
-            return spec.isolation == "process"
-        return self.options.isolation == "process" and not spec.is_async
-
-    def _child_pool(self) -> ChildPool:
-        with self._children_lock:
-            if self._children is None:
-                slots = self.max_running or max(1, current_cap(self.limits))
-                self._children = ChildPool(
-                    keep=slots,
-                    max_jobs=self.options.max_jobs_per_child,
-                    kill_grace=self.options.kill_grace_seconds,
-                    preload=tuple(sorted({
-                        self.handlers[t].fn.__module__ for t in self.isolated_types
-                    })),
-                )
-            return self._children
-
-    def _attempt_in_child(self, entry: RunningAttempt, began: float) -> Outcome:
-        """Run the handler in a child process; the worker keeps the lease, and kills the
-        child at the timeout, on a terminating cancel, past its memory limit, or when the
-        lease is lost."""
-        c, job, spec = entry.claimed, entry.job, entry.spec
-        timeout = c.timeout if c.timeout is not None else spec.timeout
-        backend = self._backend_of(job)
-        request = JobRequest(
-            fn=spec.fn, is_async=spec.is_async, args_model=spec.args_model,
-            result_model=spec.result_model, max_payload_bytes=self.max_payload_bytes,
-            id=c.id, type=c.type, args_json=c.args_json, attempt=c.attempt,
-            max_attempts=c.max_attempts, group=c.group, parent_id=c.parent_id,
-            lease_token=c.lease_token, worker_id=self.worker_id,
-        )
-        watch = Watch(
-            deadline=None if timeout is None else began + timeout,
-            max_memory=self.options.max_memory_per_child,
-            cancelled=entry.cancelled.is_set,
-            terminate_on_cancel=spec.on_cancel == "terminate",
-            lost=entry.lost.is_set,
-            ask_heartbeat=lambda: self.heartbeats.ask(entry),
-            stopping=self._stopping.is_set,
-            memory=lambda msg: start_memory(backend, msg, job.spawn),
-        )
-        result = run_in_child(self._child_pool(), request, watch)
-        duration = time.monotonic() - began
-        if result.end is not None:
-            if result.end.result_json is not None:
-                return Outcome(job=c, kind=OutcomeKind.DONE, result_json=result.end.result_json,
-                               duration=duration, spawns=job.staged_spawns())
-            return error_outcome(c, job, spec, result.end.error or "", result.end.error_type
-                                 or "Exception", duration=duration)
-        if result.killed == "cancel":
-            return error_outcome(c, job, spec, "cancelled: its child process was terminated",
-                                 "Cancelled", duration=duration, ended=Ended.TERMINATED)
-        if result.killed == "timeout":
-            return error_outcome(
-                c, job, spec,
-                f"{TIMED_OUT} after {timeout:g}s (attempt {c.attempt}): its child process "
-                "was terminated", TIMEOUT, duration=duration, ended=Ended.TIMED_OUT,
-            )
-        if result.killed is not None and result.killed.startswith("memory:"):
-            used = int(result.killed.split(":", 1)[1])
-            limit = self.options.max_memory_per_child or 0
-            error = (f"its child process used {used / 2**20:.0f} MiB, over max_memory_per_child "
-                     f"({limit / 2**20:.0f} MiB): killed")
-            return error_outcome(c, job, spec, error, "MemoryLimit", duration=duration,
-                                 ended=Ended.CHILD_DIED)
-        if result.killed == "lost":
-            return error_outcome(c, job, spec, "lease lost: its child process was terminated",
-                                 "LeaseLost", duration=duration, ended=Ended.LEASE_LOST)
-        return error_outcome(
-            c, job, spec, f"the child process running the handler {result.crashed}",
-            CHILD_DIED, duration=duration, ended=Ended.CHILD_DIED,
-        )
-
-    def _failed(
-        self, entry: RunningAttempt, began: float, span: Any, exc: BaseException
-    ) -> Outcome:
-        """The outcome of an attempt whose handler (or its args or result) raised
-        ``exc``, called from its ``except`` block. An exit that is not an Exception
-        (SystemExit, KeyboardInterrupt) is reported at once, then raised again."""
-        mark_failed(span, exc)
-        outcome = failed_outcome(entry.claimed, entry.job, entry.spec, exc,
-                                 duration=time.monotonic() - began)
-        if not isinstance(exc, Exception):
-            self._report(outcome)
-            raise exc
-        return outcome
-
-    def _too_late(self, entry: RunningAttempt, now: float) -> bool:
-        """True (and the job handed back) when the lease may have expired before the
-        handler could start.
-
-        This process was then held up (paused, starved) between the claim and now, long
-        enough that the job may be claimed elsewhere: a handler must not start. The
-        hand-back is fenced, and uncharged while the lease is still ours.
-        """
-        if not entry.lost.is_set():
-            return False
-        c = entry.claimed
-        # No handler runs, so nothing is at risk: the heartbeats keep the lease (if the
-        # database still has it) until the hand-back is recorded, so that no sweep
-        # charges an attempt for a job that never ran.
-        entry.lost.until = float("inf")
-        self.heartbeats.ask(entry)
-        log.warning("job %d attempt %d: not started, its lease may have expired before the "
-                    "handler could start; handed back", c.id, c.attempt,
-                    extra={**claimed_fields(c), "event": "start_skipped",
-                           "worker_id": self.worker_id})
-        self._report(Outcome(job=c, kind=OutcomeKind.RELEASE))
-        return True
-
-    def _is_refusal(self, exc: BaseException) -> bool:
-        """Whether the database refused a value a statement carried (see
-        ``Dialect.is_refusal``): never an outage, whatever wrapped it."""
-        dialect = self.store.connected_dialect
-        return dialect is not None and dialect.is_refusal(exc)
-
-    def _record_apart(self, outcomes: list[Outcome]) -> tuple[list[Outcome], Applied]:
-        """Record ``outcomes`` one transaction each, after the database refused a value
-        that one of them carries; return them as recorded, and whether each was.
-
-        The refused outcome is replaced by the attempt's failure, with an error that
-        says what the database refused (in readyq's own words, which every database
-        stores). Running it again would be refused again, so the job fails rather than
-        retries. An outage meanwhile leaves the outcomes not yet recorded for the next
-        tick.
-        """
-        recorded: list[Outcome] = []
-        applied: Applied = {}
-        for n, o in enumerate(outcomes):
-            try:
-                try:
-                    applied.update(self.store.record_outcomes(self.worker_id, [o]))
-                except Exception as exc:
-                    if not self._is_refusal(exc):
-                        raise
-                    o = refused_outcome(o, exc)
-                    log.warning(
-                        "job %d attempt %d: the database refused a value of its outcome "
-                        "(%s); the job fails", o.job.id, o.job.attempt,
-                        one_line(describe(exc)),
-                        extra={**claimed_fields(o.job), "event": "outcome_refused",
-                               "worker_id": self.worker_id},
-                    )
-                    applied.update(self.store.record_outcomes(self.worker_id, [o]))
-            except Exception as exc:
-                if self._is_refusal(exc):
-                    # Even readyq's own failure is refused: the row itself is at fault.
-                    # Its lease runs out and a sweep ends the attempt.
-                    log.error("job %d attempt %d: its failure cannot be recorded either "
-                              "(%s); its lease will expire", o.job.id, o.job.attempt,
-                              one_line(describe(exc)),
-                              extra={**claimed_fields(o.job), "event": "outcome_refused",
-                                     "worker_id": self.worker_id})
-                    continue
-                self._inbox.outcomes.extendleft(reversed(outcomes[n:]))
-                break
-            recorded.append(o)
-        return recorded, applied
-
-    def _unrunnable(self, entry: RunningAttempt) -> bool:
-        """True (and the attempt failed) when the job cannot run as stored: its args are
-        not JSON. Running it again cannot help, so the job fails at once."""
-        if entry.unreadable is None:
-            return False
-        self._report(error_outcome(entry.claimed, entry.job, entry.spec, entry.unreadable,
-                                   UNREADABLE_ARGS, ended=Ended.UNRUNNABLE))
-        return True
-
-    def _report(self, outcome: Outcome) -> None:
-        """Hand an outcome to the loop. The loop waits for the first outcome, then lingers
-        until every running job has reported (see ``_sleep``): only those two moments
-        wake it, not every job of a batch."""
-        inbox = self._inbox
-        inbox.outcomes.append(outcome)
-        n = len(inbox.outcomes)
-        if n == 1 or n >= len(self._running):
-            inbox.wake.set()
-
-    def _record(self, outcomes: list[Outcome], applied: Applied) -> None:
-        fenced = 0
-        for o in outcomes:
-            # Only forget the attempt this outcome belongs to: a timed-out attempt may
-            # report after the same job was claimed again by this worker.
-            entry = self._running.get(o.job.id)
-            mine = entry is not None and entry.claimed.lease_token == o.job.lease_token
-            if mine and entry is not None:
-                del self._running[o.job.id]
-                self.heartbeats.release(entry)
-            recorded = applied.get((o.job.id, o.job.lease_token), Recorded.FENCED)
-            if recorded is Recorded.SWEPT:
-                continue  # the sweep that recorded this timeout first told of it
-            if not recorded:
-                self.stats.fenced_out += 1
-                fenced += 1
-                # The chaos tests read (job id, attempt, kind) from these arguments.
-                log.warning(
-                    "job %d attempt %d: outcome %r fenced out (lease lost)",
-                    o.job.id,
-                    o.job.attempt,
-                    str(o.kind),
-                    extra={**claimed_fields(o.job), "worker_id": self.worker_id,
-                           "event": "write_fenced", "outcome": str(o.kind)},
-                )
-                continue
-            if o.kind == _DONE:
-                self.stats.done += 1
-            elif o.kind == _RETRY:
-                self.stats.retried += 1
-            elif o.kind == _FAIL:
-                self.stats.failed += 1
-            elif o.kind == _CANCEL:
-                self.stats.cancelled += 1
-            if o.error_type == TIMEOUT:
-                self.stats.timed_out += 1
-            state = FINISHED_STATES.get(o.kind)  # a str enum: its value is the key
-            if state is None:
-                continue
-            if log.isEnabledFor(logging.INFO if o.kind != _FAIL else logging.WARNING):
-                self._log_end(o, state)
-            if self.observers:
-                job = entry.job if mine and entry is not None else self._job_of(o.job)
-                self.observers.emit("on_finished", job, state, o.duration)
-        if fenced:
-            self.observers.emit("on_fenced", fenced)
-
-    def _log_end(self, o: Outcome, state: str) -> None:
-        c = o.job
-        extra = {**claimed_fields(c), "worker_id": self.worker_id, "event": "job_finished",
-                 "state": state, "duration": round(o.duration, 6)}
-        if o.error_type is not None:
-            extra["error_type"] = o.error_type
-        # The handler returned, but its result could not be stored: say so, not "raised";
-        # an attempt whose child process was killed or died: say what happened to it.
-        after = f" after {o.duration:.3f}s"
-        if o.error_type == InvalidJobResult.__name__:
-            how = "returned a result that could not be stored" + after
-        elif o.error_type == VALUE_REFUSED:
-            how = f"ended{after}, but the database refused its outcome"
-        elif o.error_type == UNREADABLE_ARGS:
-            how = "could not start (its stored args are not JSON)"
-        elif o.error_type == TIMEOUT:
-            how = f"{TIMED_OUT} after {c.timeout:g}s" if c.timeout else TIMED_OUT + after
-        elif o.error_type in CHILD_ENDS and o.error:
-            how = o.error.split(": its child")[0].split("\n")[0] + after
-        elif o.kind == _DONE:
-            how = str(state) + after
-        else:
-            how = f"raised {o.error_type}{after}"
-        shown = one_line(c.type)  # a type may hold a newline: one log line all the same
-        if o.kind == OutcomeKind.RETRY:
-            extra.update(event="job_retry_scheduled", retry_in=round(o.delay, 3))
-            log.info("job %d (%s) attempt %d %s; retry in %.1fs",
-                     c.id, shown, c.attempt, how, o.delay, extra=extra)
-        elif o.kind == OutcomeKind.FAIL:
-            log.warning("job %d (%s) attempt %d %s; the job failed",
-                        c.id, shown, c.attempt, how, extra=extra)
-        else:
-            log.info("job %d (%s) attempt %d %s", c.id, shown, c.attempt, how, extra=extra)
 
     def _job_of(self, c: ClaimedJob) -> Job:
         """A Job for the hooks when the attempt's own object is gone."""
@@ -1273,10 +851,10 @@ class Worker:
                 try:
                     applied = self.store.record_outcomes(self.worker_id, outcomes)
                 except Exception as exc:
-                    if not self._is_refusal(exc):
+                    if not self._recorder.is_refusal(exc):
                         raise
-                    outcomes, applied = self._record_apart(outcomes)
-                self._record(outcomes, applied)
+                    outcomes, applied = self._recorder.record_apart(outcomes)
+                self._recorder.record(outcomes, applied)
             if self._running:
                 releases = [
                     Outcome(job=e.claimed, kind=OutcomeKind.RELEASE)
@@ -1287,7 +865,9 @@ class Worker:
                 handed = sorted(e.claimed.id for e in self._running.values())
                 # Recorded like any outcome: a hand-back the fence refuses (the lease was
                 # reclaimed meanwhile) is reported as fenced out, not passed over.
-                self._record(releases, self.store.record_outcomes(self.worker_id, releases))
+                self._recorder.record(
+                    releases, self.store.record_outcomes(self.worker_id, releases)
+                )
                 log.info("worker %s handed back %d running job(s)", self.worker_id,
                          len(releases),
                          extra={"event": "jobs_handed_back", "worker_id": self.worker_id,
@@ -1304,5 +884,4 @@ class Worker:
             # Every child ends with the worker: the ones still running a job were handed
             # back above (their leases marked lost), and are killed here if their
             # watcher has not done it yet.
-            if self._children is not None:
-                self._children.shutdown()
+            self._children.shutdown()

@@ -159,3 +159,26 @@ def test_sql_builders_do_not_depend_on_the_dialects() -> None:
         for name, tree in modules.items() if name.startswith("readyq.sql")
     }
     assert {k: v for k, v in offenders.items() if v} == {}
+
+
+# The worker's parts, below the loop (readyq.worker) that assembles them, in layers: a
+# part imports only the parts listed after it.
+WORKER_PARTS = [
+    "readyq.recording",
+    "readyq.child_attempts",
+    "readyq.attempt_outcomes",
+    "readyq.worker_state",
+    "readyq.process_signals",
+]
+
+
+def test_the_worker_parts_only_import_downwards() -> None:
+    modules = _modules()
+    known = set(modules)
+    above = {"readyq.worker", "readyq.aio.worker"}
+    offenders = []
+    for n, name in enumerate(WORKER_PARTS):
+        not_below = above | set(WORKER_PARTS[: n + 1])
+        wrong = _imports(name, modules[name], known) & (not_below - {name})
+        offenders += [f"{name} imports {m}" for m in sorted(wrong)]
+    assert offenders == []

@@ -21,6 +21,7 @@ from typing import Any
 
 from sqlalchemy.util.concurrency import await_only, greenlet_spawn
 
+from readyq.attempt_outcomes import done_outcome
 from readyq.checkpoints import AttemptMemory, StoreBackend
 from readyq.errors import ConfigurationError
 from readyq.heartbeats import run_logged
@@ -28,23 +29,28 @@ from readyq.model import Flag, Job
 from readyq.store.memory import Holder
 from readyq.tracing import attempt_span
 from readyq.transient import describe
-from readyq.worker import (
-    HandlerPool,
-    RunningAttempt,
-    Worker,
-    WorkerStats,
-    done_outcome,
-    prepare_job,
-)
+from readyq.worker import HandlerPool, Worker, prepare_job
+from readyq.worker_state import RunningAttempt, WorkerStats
 
 log = logging.getLogger("readyq.worker")
 
 
 class _LoopEvent:
     """A threading.Event look-alike for the worker's loop greenlet: ``set`` is safe from
-    any thread; ``wait`` suspends the greenlet on the event loop instead of blocking it."""
+    any thread; ``wait`` suspends the greenlet on the event loop instead of blocking it.
 
-    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+    Made with the event loop it waits on, or without one and bound to it by ``bind``
+    (the worker is built before the loop it runs on is known)."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop | None = None) -> None:
+        self._loop = loop
+        self._thread = threading.get_ident()
+        self._event = asyncio.Event()
+        self._flag = False
+
+    def bind(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Wait on ``loop`` from now on, called on it; unset, as a new event is (each
+        ``run`` starts unstopped)."""
         self._loop = loop
         self._thread = threading.get_ident()
         self._event = asyncio.Event()
@@ -54,7 +60,7 @@ class _LoopEvent:
         self._flag = True
         if threading.get_ident() == self._thread:
             self._event.set()
-        else:
+        elif self._loop is not None:
             # A closed loop raises RuntimeError: nobody is waiting any more.
             with contextlib.suppress(RuntimeError):
                 self._loop.call_soon_threadsafe(self._event.set)
@@ -82,7 +88,7 @@ class _Launcher:
         self._threads = HandlerPool()
         self.tasks: set[asyncio.Task[None]] = set()
 
-    def submit(self, fn: Any, entry: RunningAttempt) -> None:
+    def submit(self, fn: Callable[[RunningAttempt], None], entry: RunningAttempt, /) -> None:
         if entry.spec.is_async and not entry.isolated:
             task = asyncio.get_running_loop().create_task(self._run_async(entry))
             self.tasks.add(task)
@@ -90,7 +96,9 @@ class _Launcher:
         else:
             self._threads.submit(fn, entry)
 
-    def submit_many(self, fn: Any, entries: list[RunningAttempt]) -> None:
+    def submit_many(
+        self, fn: Callable[[RunningAttempt], None], entries: list[RunningAttempt], /
+    ) -> None:
         threaded = []
         for entry in entries:
             if entry.spec.is_async and not entry.isolated:
@@ -108,7 +116,13 @@ class AsyncWorker(Worker):
     what :class:`readyq.Worker` takes)."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
+        # The loop's events wait on the event loop ``run`` is awaited on (bound there);
+        # async def handlers run as its tasks.
+        self._stop_event = _LoopEvent()
+        self._wake_event = _LoopEvent()
+        self._launcher = _Launcher(self._aexecute)
+        super().__init__(*args, stop_event=self._stop_event, wake_event=self._wake_event,
+                         launcher=self._launcher, **kwargs)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._loop_thread: int | None = None
 
@@ -118,9 +132,8 @@ class AsyncWorker(Worker):
         """Loop until ``stop()`` (or idle, with ``until_idle``); see ``Worker.run``."""
         self._loop = asyncio.get_running_loop()
         self._loop_thread = threading.get_ident()
-        self._stop = _LoopEvent(self._loop)  # type: ignore[assignment]
-        self._inbox.wake = _LoopEvent(self._loop)  # type: ignore[assignment]
-        self._pool = _Launcher(self._aexecute)
+        self._stop_event.bind(self._loop)
+        self._wake_event.bind(self._loop)
         return await greenlet_spawn(Worker.run, self, until_idle=until_idle,
                                     handle_signals=handle_signals)
 
@@ -149,14 +162,15 @@ class AsyncWorker(Worker):
     async def _aexecute(self, entry: RunningAttempt) -> None:
         """The async twin of ``Worker._execute``: same span, validation and outcomes."""
         began = time.monotonic()
-        if self._too_late(entry, began) or self._unrunnable(entry):
+        recorder = self._recorder
+        if recorder.too_late(entry) or recorder.unrunnable(entry):
             return
         if entry.traced:
             with attempt_span(entry.claimed) as span:
                 outcome = await self._aattempt(entry, began, span)
         else:  # no span to open, as in the thread worker
             outcome = await self._aattempt(entry, began, None)
-        self._report(outcome)
+        recorder.report(outcome)
 
     async def _aattempt(self, entry: RunningAttempt, began: float, span: Any) -> Any:
         c, job, spec = entry.claimed, entry.job, entry.spec
@@ -169,7 +183,7 @@ class AsyncWorker(Worker):
                                 spawns=job.staged_spawns())
         except BaseException as exc:  # a handler's failure, whatever it is, fails it
             await self._asettle(job)
-            return self._failed(entry, began, span, exc)
+            return self._recorder.failed(entry, began, span, exc)
 
     async def _asettle(self, job: Job) -> None:
         """``Worker._settle`` on the event loop."""
@@ -198,7 +212,8 @@ class AsyncWorker(Worker):
         async def arun(fn: Callable[[], Any]) -> Any:
             return await greenlet_spawn(fn)
 
-        holder = Holder(job.id, job.attempt, self.worker_id, job.lease_token, self.lease_ttl)
+        holder = Holder(job.id, job.attempt, self.worker_id, job.lease_token,
+                        self.options.lease_ttl)
         return AttemptMemory(StoreBackend(self.store, holder), job_id=job.id,
                              max_payload_bytes=self.max_payload_bytes, run=run, arun=arun)
 
