@@ -35,6 +35,7 @@ from typing import Any, NamedTuple
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
+from readyq.dialects.base import ReadyNotifier
 from readyq.errors import DependencyCycle, DependencyNotFound, InvalidParent
 from readyq.model import BAD_ENDS, UNFINISHED_STATES, JobState
 from readyq.schema import NOT_ENDED, Tables, live_key_index_name
@@ -82,7 +83,11 @@ def insert_batch(ctx: StoreContext, conn: Connection, batch: Sequence[BatchJob])
                 for pos, b in enumerate(batch)
             ],
         )
-    ids = _insert_rows(ctx, conn, batch, born)
+    # The wake-up for new ready jobs rides on the INSERT of a single row (one round
+    # trip less for a single enqueue); a larger batch sends it once at the end.
+    ready = ctx.notifier is not None and any(x.state is JobState.READY for x in born)
+    ride = ctx.notifier if ready and len(batch) == 1 else None
+    ids = _insert_rows(ctx, conn, batch, born, ride)
     edges = [
         {"job_id": ids[pos], "depends_on_id": dep}
         for pos in range(len(batch))
@@ -106,7 +111,7 @@ def insert_batch(ctx: StoreContext, conn: Connection, batch: Sequence[BatchJob])
     ]
     if born_bad:
         propagate(ctx, conn, born_bad)
-    if any(x.state is JobState.READY for x in born):
+    if ready and ride is None:
         ctx.notify_ready(conn)
     return ids
 
@@ -318,9 +323,14 @@ def _lock_dependencies(
 
 
 def _insert_rows(
-    ctx: StoreContext, conn: Connection, batch: Sequence[BatchJob], born: Sequence[Born]
+    ctx: StoreContext,
+    conn: Connection,
+    batch: Sequence[BatchJob],
+    born: Sequence[Born],
+    notifier: ReadyNotifier | None,
 ) -> list[int]:
-    """Insert the rows in waves, a container's before its children's; the ids."""
+    """Insert the rows in waves, a container's before its children's; the ids.
+    ``notifier`` (if any) is told with the first wave."""
     size = len(batch)
     children = Counter(b.parent_in_batch for b in batch if b.parent_in_batch is not None)
     depth = [0] * size
@@ -342,7 +352,9 @@ def _insert_rows(
                     b.job, start.state, start.pending, start.error, parent_id, children[pos]
                 )
             )
-        new_ids = ctx.dialect.insert_job_rows(conn, ctx.tables, rows, ctx.now)
+        new_ids = ctx.dialect.insert_job_rows(
+            conn, ctx.tables, rows, ctx.now, notifier if wave == 0 else None
+        )
         for pos, new_id in zip(positions, new_ids, strict=True):
             ids[pos] = new_id
     return ids
