@@ -21,6 +21,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
 
+from readyq.building import check_job_id
 from readyq.dialects import dialect_for
 from readyq.errors import (
     AdminError,
@@ -35,7 +36,7 @@ from readyq.migrations import (
     script_location,
     version_table,
 )
-from readyq.queue import Queue, check_job_id
+from readyq.queue import Queue
 from readyq.reports import (
     STATE_ORDER,
     BulkResult,

@@ -2,20 +2,29 @@
 
 from __future__ import annotations
 
-import math
-import numbers
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timedelta
 from types import MappingProxyType
-from typing import Any, NamedTuple, TypeVar
+from typing import Any, TypeVar
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.orm import Session
 from typing_extensions import Unpack
 
+from readyq.building import (
+    JobRules,
+    batch_of,
+    check_job_id,
+    check_key,
+    check_max_attempts,
+    check_seconds,
+    instant_or_delay,
+    one_job,
+    spawn_of,
+)
 from readyq.config import WorkerOptions, WorkerOptionsDict
 from readyq.engines import (
     DEFAULT_IDLE_TRANSACTION_TIMEOUT,
@@ -24,21 +33,15 @@ from readyq.engines import (
 )
 from readyq.errors import (
     ConfigurationError,
-    DependencyNotFound,
     InvalidFilter,
-    InvalidJobId,
     InvalidJobOption,
-    InvalidParent,
     InvalidPause,
     InvalidRateLimit,
     InvalidResource,
-    InvalidResourceUse,
     InvalidSchedule,
     InvalidUniqueKey,
-    InvalidWeight,
     QueueClosed,
     ScheduleNotFound,
-    UnknownJobType,
 )
 from readyq.handlers import HandlerRegistry, HandlerSpec
 from readyq.isolation import ISOLATIONS, check_handler_shape
@@ -55,10 +58,9 @@ from readyq.model import (
     ResourceStats,
     ScheduleInfo,
 )
-from readyq.payload import DEFAULT_MAX_PAYLOAD_BYTES, encode
+from readyq.payload import DEFAULT_MAX_PAYLOAD_BYTES
 from readyq.planning.backoff import DEFAULT_RETRY_BASE, DEFAULT_RETRY_MAX
 from readyq.planning.caps import Limits
-from readyq.planning.dag import insertion_order
 from readyq.planning.schedules import DEFAULT_CATCH_UP
 from readyq.rate_limits import RateLimit
 from readyq.reports import AttemptRecord, JobPage, StuckJob
@@ -68,65 +70,18 @@ from readyq.schedules import DEFAULT_TZ, JobFactory, Schedule, define_schedule
 from readyq.schema import (
     DEFAULT_MAX_ATTEMPTS,
     DEFAULT_PREFIX,
-    MAX_ATTEMPTS,
-    MAX_ATTEMPTS_FROM_HANDLER,
-    MAX_ID,
-    MAX_SECONDS,
-    is_job_id,
     key_problem,
     validate_prefix,
 )
-from readyq.store import BatchJob, NewJob, Store
+from readyq.store import BatchJob, Store
 from readyq.store.records import Spawn
-from readyq.validation import check_model, normalize_args
+from readyq.validation import check_model
 from readyq.worker import Worker, WorkerStats
 
 DEFAULT_URL = "sqlite:///readyq.db"
 DEFAULT_GROUP = "default"
-MAX_WEIGHT = 1_000_000
-MAX_PRIORITY = 1_000_000
-MAX_BATCH = 100_000
 
 F = TypeVar("F", bound=Callable[..., Any])
-
-
-def _seconds(
-    value: float | timedelta | None, what: str, *, allow_zero: bool = False
-) -> float | None:
-    if value is None:
-        return None
-    if isinstance(value, timedelta):
-        value = value.total_seconds()
-    if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        raise InvalidJobOption(f"{what} must be a number of seconds or a timedelta, not {value!r}")
-    seconds = float(value)
-    if not math.isfinite(seconds) or seconds < 0 or (seconds == 0 and not allow_zero):
-        raise InvalidJobOption(f"{what} must be a positive, finite duration, not {value!r}")
-    if seconds > MAX_SECONDS:
-        raise InvalidJobOption(
-            f"{what} must be at most a century ({MAX_SECONDS:,.0f} seconds), not {value!r}"
-        )
-    return seconds
-
-
-def _instant_or_delay(
-    value: datetime | timedelta | float | None, what: str, *, allow_zero: bool
-) -> tuple[float | None, float | None]:
-    """(epoch instant, None) for an aware datetime, (None, seconds) for a delay."""
-    if not isinstance(value, datetime):
-        return None, _seconds(value, what, allow_zero=allow_zero)
-    if value.tzinfo is None or value.utcoffset() is None:
-        # A naive datetime means local time to datetime.now() but UTC to timestamp() of
-        # a replaced tzinfo: refuse the ambiguity.
-        raise InvalidJobOption(
-            f"{what} {value.isoformat()} is a naive datetime: give an aware one "
-            "(datetime.now(timezone.utc) + timedelta(...)) or a delay in seconds or as a "
-            "timedelta"
-        )
-    try:
-        return value.astimezone(timezone.utc).timestamp(), None
-    except OverflowError:  # within a day of year 1 or 9999, not in UTC
-        raise InvalidJobOption(f"{what} {value.isoformat()} is out of range in UTC") from None
 
 
 def pause_target(group: Any, type: Any) -> tuple[str | None, str | None]:
@@ -135,8 +90,8 @@ def pause_target(group: Any, type: Any) -> tuple[str | None, str | None]:
         raise InvalidPause("a pause names a group, a type or both")
     try:
         return (
-            None if group is None else _key(group, "group"),
-            None if type is None else _key(type, "type"),
+            None if group is None else check_key(group, "group"),
+            None if type is None else check_key(type, "type"),
         )
     except InvalidJobOption as exc:
         raise InvalidPause(str(exc)) from None
@@ -145,7 +100,7 @@ def pause_target(group: Any, type: Any) -> tuple[str | None, str | None]:
 def pause_until(value: datetime | timedelta | float | None) -> tuple[float | None, float | None]:
     """A pause's ``until`` as (epoch instant, None) or (None, seconds from now)."""
     try:
-        return _instant_or_delay(value, "until", allow_zero=False)
+        return instant_or_delay(value, "until", allow_zero=False)
     except InvalidJobOption as exc:
         raise InvalidPause(str(exc)) from None
 
@@ -153,52 +108,9 @@ def pause_until(value: datetime | timedelta | float | None) -> tuple[float | Non
 def queue_duration(value: float | timedelta | None, what: str) -> float | None:
     """A positive duration option of a queue, or None (ConfigurationError otherwise)."""
     try:
-        return _seconds(value, what)
+        return check_seconds(value, what)
     except InvalidJobOption as exc:
         raise ConfigurationError(str(exc)) from None
-
-
-def _key(
-    value: Any, what: str, error: type[InvalidJobOption] = InvalidJobOption,
-    *, remember: bool = False,
-) -> str:
-    problem = key_problem(value, remember=remember)
-    if problem is not None:
-        raise error(f"{what} {problem}: {value!r}")
-    return str(value)
-
-
-def check_job_id(value: Any, what: str = "job id") -> int:
-    """``value`` as a job id (a JobInfo gives its own), checked against the id column's
-    range before any database sees it; raises InvalidJobId otherwise."""
-    if isinstance(value, JobInfo):
-        return value.id
-    if not is_job_id(value):
-        shown = repr(value)
-        if len(shown) > 60:
-            shown = shown[:57] + "..."
-        raise InvalidJobId(f"{what} must be a job id (an int from 1 to {MAX_ID}), not {shown}")
-    return int(value)
-
-
-def check_max_attempts(value: Any, what: str, error: type[ValueError]) -> int:
-    """``value`` if it is an int from 1 to MAX_ATTEMPTS, else ``error``."""
-    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_ATTEMPTS:
-        raise error(f"{what} must be an int from 1 to {MAX_ATTEMPTS:,}, not {value!r}")
-    return value
-
-
-class _Options(NamedTuple):
-    """The checked options of a job that many jobs of a batch share."""
-
-    type: str
-    group: str
-    weight: int
-    priority: int
-    max_attempts: int
-    timeout: float | None
-    is_container: bool
-    args_model: Any
 
 
 class Queue:
@@ -425,12 +337,12 @@ class Queue:
         (or a pydantic model, stored as its JSON dump). It may be ``async def``; it then
         runs in its own event loop in the job's thread.
         """
-        _key(type, "handler type")
-        timeout_s = _seconds(timeout, "timeout")
+        check_key(type, "handler type")
+        timeout_s = check_seconds(timeout, "timeout")
         if max_attempts is not None:
             check_max_attempts(max_attempts, "max_attempts", ConfigurationError)
-        base = _seconds(retry_backoff, "retry_backoff", allow_zero=True) or 0.0
-        cap = _seconds(retry_backoff_max, "retry_backoff_max", allow_zero=True) or 0.0
+        base = check_seconds(retry_backoff, "retry_backoff", allow_zero=True) or 0.0
+        cap = check_seconds(retry_backoff_max, "retry_backoff_max", allow_zero=True) or 0.0
         check_model(args_model, "args_model")
         check_model(result_model, "result_model")
         limit_name: str | None = None
@@ -579,111 +491,9 @@ class Queue:
 
     # -- enqueue ------------------------------------------------------------------------------
 
-    def _build(
-        self,
-        type: str,
-        args: Any,
-        *,
-        group: str,
-        weight: int,
-        priority: int,
-        depends_on: Iterable[int | JobInfo],
-        parent: int | JobInfo | None,
-        run_after: datetime | timedelta | float | None,
-        max_attempts: int | None,
-        timeout: float | timedelta | None,
-        is_container: bool,
-        unique_key: str | None = None,
-        uses: Mapping[str, int] | None = None,
-    ) -> NewJob:
-        self.check_open()
-        options = self._options(
-            type, group, weight, priority, max_attempts, timeout, is_container
-        )
-        if uses is not None and is_container:
-            raise InvalidResourceUse("a container never runs: it takes no resources")
-        job = self._new_job(options, args, depends_on, parent, run_after, unique_key)
-        return job if uses is None else job._replace(uses=self._check_uses(uses))
-
-    def _options(
-        self,
-        type: str,
-        group: str,
-        weight: int,
-        priority: int,
-        max_attempts: int | None,
-        timeout: float | timedelta | None,
-        is_container: bool,
-    ) -> _Options:
-        """Check the options a job shares with others of its kind (they repeat across a
-        batch, where :meth:`enqueue_many` checks each combination once)."""
-        _key(type, "job type", remember=True)
-        if not is_container and self._handlers and type not in self._handlers:
-            raise UnknownJobType(
-                f"no handler for job type {type!r} on this queue "
-                f"(registered: {', '.join(sorted(self._handlers))})"
-            )
-        _key(group, "group", remember=True)
-        if isinstance(weight, bool) or not isinstance(weight, int) or not 1 <= weight <= MAX_WEIGHT:
-            raise InvalidWeight(f"weight must be an int from 1 to {MAX_WEIGHT}, not {weight!r}")
-        if (
-            isinstance(priority, bool)
-            or not isinstance(priority, int)
-            or abs(priority) > MAX_PRIORITY
-        ):
-            raise InvalidJobOption(
-                f"priority must be an int within ±{MAX_PRIORITY}, not {priority!r}"
-            )
-        spec = None if is_container else self._handlers.get(type)
-        if max_attempts is None:
-            # Not given: the worker's handler decides when the job first runs, so that
-            # a producer without the handler stores no guess.
-            max_attempts = MAX_ATTEMPTS_FROM_HANDLER
-        else:
-            check_max_attempts(max_attempts, "max_attempts", InvalidJobOption)
-        return _Options(
-            type, group, weight, priority, max_attempts, _seconds(timeout, "timeout"),
-            bool(is_container), None if spec is None else spec.args_model,
-        )
-
-    def _new_job(
-        self,
-        options: _Options,
-        args: Any,
-        depends_on: Iterable[int | JobInfo],
-        parent: int | JobInfo | None,
-        run_after: datetime | timedelta | float | None,
-        unique_key: str | None,
-    ) -> NewJob:
-        if options.args_model is not None:
-            args = normalize_args(options.args_model, options.type, args)
-        if depends_on is None or isinstance(depends_on, (str, bytes, int)):
-            raise InvalidJobOption("depends_on must be a list of job ids")
-        if type(depends_on) is tuple and not depends_on:
-            deps: tuple[int, ...] = ()
-        else:
-            try:
-                given = list(depends_on)
-            except TypeError:  # not iterable
-                raise InvalidJobOption("depends_on must be a list of job ids") from None
-            deps = tuple(dict.fromkeys(check_job_id(d, "depends_on") for d in given))
-        parent_id = None if parent is None else check_job_id(parent, "parent")
-        run_at, delay = _instant_or_delay(run_after, "run_after", allow_zero=True)
-        return NewJob(
-            options.type,
-            encode(args, max_bytes=self.max_payload_bytes),
-            options.group,
-            options.weight,
-            options.priority,
-            options.max_attempts,
-            options.timeout,
-            run_at,
-            delay,
-            deps,
-            parent_id,
-            options.is_container,
-            None if unique_key is None else _key(unique_key, "unique_key", InvalidUniqueKey),
-        )
+    def _rules(self) -> JobRules:
+        """What this queue's jobs are checked against (see :mod:`readyq.building`)."""
+        return JobRules(self._handlers, self.max_payload_bytes, self._check_uses)
 
     @staticmethod
     def _connection(connection: Connection | Session | None) -> Connection | None:
@@ -743,10 +553,12 @@ class Queue:
         Raises:
             InvalidJob: a subclass naming what is wrong; nothing is written.
         """
-        job = self._build(
-            type, args, group=group, weight=weight, priority=priority, depends_on=depends_on,
-            parent=parent, run_after=run_after, max_attempts=max_attempts, timeout=timeout,
-            is_container=False, unique_key=unique_key, uses=uses,
+        self.check_open()
+        job = one_job(
+            self._rules(), type, args, group=group, weight=weight, priority=priority,
+            depends_on=depends_on, parent=parent, run_after=run_after,
+            max_attempts=max_attempts, timeout=timeout, is_container=False,
+            unique_key=unique_key, uses=uses,
         )
         job_id = self.store.enqueue(job, connection=self._connection(connection))
         if self._observers:
@@ -782,11 +594,13 @@ class Queue:
             job_id, created = queue.enqueue_unique("report", {"day": day},
                                                    unique_key=f"report:{day}")
         """
-        job = self._build(
-            type, args, group=group, weight=weight, priority=priority, depends_on=depends_on,
-            parent=parent, run_after=run_after, max_attempts=max_attempts, timeout=timeout,
-            is_container=False, unique_key=_key(unique_key, "unique_key", InvalidUniqueKey),
-            uses=uses,
+        unique_key = check_key(unique_key, "unique_key", InvalidUniqueKey)
+        self.check_open()
+        job = one_job(
+            self._rules(), type, args, group=group, weight=weight, priority=priority,
+            depends_on=depends_on, parent=parent, run_after=run_after,
+            max_attempts=max_attempts, timeout=timeout, is_container=False,
+            unique_key=unique_key, uses=uses,
         )
         return Enqueued(*self.store.enqueue_unique(job, connection=self._connection(connection)))
 
@@ -810,9 +624,11 @@ class Queue:
         ends done while the container has no children. A container with neither children
         nor unfinished dependencies stays ``active``, waiting for children.
         """
-        job = self._build(
-            type, args, group=group, weight=weight, priority=0, depends_on=depends_on,
-            parent=parent, run_after=None, max_attempts=1, timeout=None, is_container=True,
+        self.check_open()
+        job = one_job(
+            self._rules(), type, args, group=group, weight=weight, priority=0,
+            depends_on=depends_on, parent=parent, run_after=None, max_attempts=1,
+            timeout=None, is_container=True,
         )
         return self.store.enqueue(job, connection=self._connection(connection))
 
@@ -857,12 +673,7 @@ class Queue:
         self, specs: Sequence[JobSpec], *, join: bool = True, parent: int | None = None
     ) -> Spawn:
         """Check what a handler spawns (``Job.spawn``) and build it, writing nothing."""
-        if not isinstance(join, bool):
-            raise InvalidJobOption(f"join must be True or False, not {join!r}")
-        if parent is not None:
-            parent = check_job_id(parent, "parent")
-        batch, _ = self.batch_of(list(specs))
-        return Spawn(tuple(batch), join, parent)
+        return spawn_of(self._rules(), specs, join=join, parent=parent)
 
     def batch_of(
         self, specs: Sequence[JobSpec]
@@ -875,124 +686,7 @@ class Queue:
         that need the database (jobs named by id exist, containers have not ended) are
         left to the insert.
         """
-        if len(specs) > MAX_BATCH:
-            raise InvalidJobOption(f"a batch holds at most {MAX_BATCH} jobs, not {len(specs)}")
-        keys: dict[str, int] = {}
-        unique_keys: dict[str, int] = {}
-        for pos, spec in enumerate(specs):
-            if not isinstance(spec, JobSpec):
-                raise InvalidJobOption(f"enqueue_many takes JobSpec items, not {spec!r}")
-            if spec.key is not None:
-                _key(spec.key, "key")
-                if spec.key in keys:
-                    raise InvalidJobOption(f"key {spec.key!r} is used twice in the batch")
-                keys[spec.key] = pos
-            if spec.unique_key is not None:
-                _key(spec.unique_key, "unique_key", InvalidUniqueKey)
-                if spec.container:
-                    raise InvalidUniqueKey("a container cannot have a unique_key")
-                if spec.unique_key in unique_keys:
-                    first = unique_keys[spec.unique_key]
-                    raise InvalidUniqueKey(
-                        f"unique_key {spec.unique_key!r} is given to jobs #{first} and #{pos} "
-                        "of the batch"
-                    )
-                unique_keys[spec.unique_key] = pos
-
-        def ref(value: Any, what: str) -> int:
-            if isinstance(value, str):
-                if value not in keys:
-                    raise DependencyNotFound(
-                        f"{what} names key {value!r}, which is not in the batch"
-                    )
-                return keys[value]
-            return -1
-
-        deps_in: dict[int, list[int]] = {}
-        parent_in: dict[int, int | None] = {}
-        built: list[NewJob] = []
-        checked: dict[tuple[Any, ...], _Options] = {}  # option combinations seen
-        backward = True  # every reference points to an earlier job, and no parent
-        for pos, spec in enumerate(specs):
-            depends_on = spec.depends_on
-            if not isinstance(depends_on, (tuple, list)):
-                if depends_on is None or isinstance(depends_on, (str, bytes, int)):
-                    raise InvalidJobOption("depends_on must be a list of job ids or keys")
-                try:
-                    depends_on = list(depends_on)
-                except TypeError:
-                    raise InvalidJobOption(
-                        "depends_on must be a list of job ids or keys"
-                    ) from None
-            outer_deps: Sequence[int | JobInfo] = ()
-            if depends_on:
-                inner = deps_in[pos] = [ref(d, "depends_on") for d in depends_on if
-                                        isinstance(d, str)]
-                if len(inner) != len(depends_on):
-                    outer_deps = [d for d in depends_on if not isinstance(d, str)]
-                if backward and not all(d < pos for d in inner):
-                    backward = False
-            outer_parent = spec.parent
-            if isinstance(outer_parent, str):
-                backward = False
-                parent = parent_in[pos] = ref(outer_parent, "parent")
-                if not specs[parent].container:
-                    raise InvalidParent(f"parent {spec.parent!r} is not a container")
-                outer_parent = None
-            # The types are part of the key: True == 1 and 1.0 == 1 must not share a check.
-            weight, priority, max_attempts, timeout = (
-                spec.weight, spec.priority, spec.max_attempts, spec.timeout
-            )
-            container = spec.container
-            key = (
-                spec.type, spec.group, weight, priority, max_attempts, timeout, container,
-                type(weight), type(priority), type(max_attempts), type(timeout),
-            )
-            hashable = True
-            try:
-                options = checked.get(key)
-            except TypeError:  # an unhashable option: checked (and refused) below
-                options, hashable = None, False
-            if options is None:
-                options = self._options(
-                    spec.type, spec.group, weight, 0 if container else priority,
-                    1 if container else max_attempts, None if container else timeout,
-                    container,
-                )
-                if hashable and len(checked) < 1024:
-                    checked[key] = options
-            job = self._new_job(
-                options, spec.args, outer_deps, outer_parent,
-                None if container else spec.run_after, spec.unique_key,
-            )
-            if spec.uses is not None:
-                if container:
-                    raise InvalidResourceUse(
-                        f"job #{pos} is a container, which never runs: it takes no resources"
-                    )
-                job = job._replace(uses=self._check_uses(spec.uses, f"job #{pos}: uses"))
-            if spec.key is not None:
-                job = job._replace(key=spec.key)
-            built.append(job)
-        if backward:
-            # Already in an order that inserts every job after those it refers to.
-            batch = [
-                BatchJob(job, tuple(sorted(set(deps_in[pos]))) if pos in deps_in else ())
-                for pos, job in enumerate(built)
-            ]
-            where = None
-        else:
-            order = insertion_order(deps_in, parent_in, len(specs))
-            where = {pos: i for i, pos in enumerate(order)}
-            batch = [
-                BatchJob(
-                    built[pos],
-                    tuple(sorted({where[d] for d in deps_in.get(pos, ())})),
-                    None if parent_in.get(pos) is None else where[parent_in[pos]],  # type: ignore[index]
-                )
-                for pos in order
-            ]
-        return batch, where
+        return batch_of(self._rules(), specs)
 
     # -- inspect and control ---------------------------------------------------------------------
 
@@ -1198,7 +892,7 @@ class Queue:
         """
         self.check_open()
         try:
-            seconds = _seconds(empty_after, "empty_after", allow_zero=True)
+            seconds = check_seconds(empty_after, "empty_after", allow_zero=True)
         except InvalidJobOption as exc:
             raise InvalidFilter(str(exc)) from None
         assert seconds is not None
@@ -1279,7 +973,7 @@ class Queue:
         """
         self.check_open()
         job_id = check_job_id(job_id)
-        limit = _seconds(timeout, "timeout", allow_zero=True)
+        limit = check_seconds(timeout, "timeout", allow_zero=True)
         deadline = None if limit is None else time.monotonic() + limit
         delay = min(0.01, poll_interval)
         while True:

@@ -182,3 +182,27 @@ def test_the_worker_parts_only_import_downwards() -> None:
         wrong = _imports(name, modules[name], known) & (not_below - {name})
         offenders += [f"{name} imports {m}" for m in sorted(wrong)]
     assert offenders == []
+
+
+def test_job_building_reaches_no_database() -> None:
+    """``readyq.building`` turns arguments into records, so that bad input is refused
+    before anything touches the database: it imports neither SQLAlchemy nor a readyq
+    module that runs statements (the store's records aside)."""
+    modules = _modules()
+    tree = modules["readyq.building"]
+    imported = _imports("readyq.building", tree, set(modules))
+    reaching = {
+        m for m in imported
+        if m.startswith(("readyq.store", "readyq.dialects", "readyq.sql", "readyq.queue",
+                         "readyq.aio", "readyq.engines"))
+        and m != "readyq.store.records"
+    }
+    assert reaching == set()
+    third_party = {
+        alias.name.split(".")[0]
+        for node in ast.walk(tree) if isinstance(node, ast.Import) for alias in node.names
+    } | {
+        (node.module or "").split(".")[0]
+        for node in ast.walk(tree) if isinstance(node, ast.ImportFrom) and not node.level
+    }
+    assert "sqlalchemy" not in third_party

@@ -285,31 +285,27 @@ class Dialect(ABC):
         t: Tables,
         rows: list[tuple[Any, ...]],
         now: sa.ColumnElement[float],
+        notifier: ReadyNotifier | None = None,
     ) -> list[int]:
         """Insert new job rows (values in the order of ``schema.ROW_KEYS``) and return
         their ids in order: one multi-row ``INSERT ... RETURNING`` where the driver
-        returns ids in parameter order, else one INSERT per row."""
+        returns ids in parameter order, else one INSERT per row. ``notifier`` (if any)
+        is told too: its wake-up rides on the INSERT where it returns rows, which spares
+        a single enqueue a round trip."""
         params = [dict(zip(ROW_KEYS, row, strict=True)) for row in rows]
-        j = t.jobs
-        stmt = sa.insert(j).values(
-            {
-                **{c: sa.bindparam(c) for c in BULK_COLUMNS},
-                **BULK_CONSTANTS,
-                # Explicit casts: PostgreSQL cannot infer the type of a bare parameter.
-                "run_after": sa.func.coalesce(
-                    sa.cast(sa.bindparam("run_after_at"), sa.Double),
-                    now + sa.cast(sa.bindparam("run_after_delay"), sa.Double),
-                ),
-                "created_at": now,
-                "updated_at": now,
-                # 0 for jobs born terminal, NULL otherwise.
-                "finished_at": now + sa.cast(sa.bindparam("finished_offset"), sa.Double),
-            }
+        returning = conn.dialect.insert_executemany_returning_sort_by_parameter_order
+        ride = notifier if returning else None
+        # Built once: constructing the INSERT cost a single enqueue more than running it.
+        stmt = self.cached(
+            ("insert_rows", t.jobs.name, returning, ride is not None),
+            lambda: insert_rows_statement(t, now, returning, ride),
         )
-        if conn.dialect.insert_executemany_returning_sort_by_parameter_order:
-            result = conn.execute(stmt.returning(j.c.id, sort_by_parameter_order=True), params)
-            return [int(r[0]) for r in result]
-        return [inserted_id(conn.execute(stmt, row)) for row in params]
+        if returning:
+            return [int(r[0]) for r in conn.execute(stmt, params)]
+        ids = [inserted_id(conn.execute(stmt, row)) for row in params]
+        if notifier is not None:
+            notifier.send(conn)
+        return ids
 
     def insert_edges(self, conn: Connection, t: Tables, edges: list[dict[str, int]]) -> None:
         """Insert dependency edges (``job_id``, ``depends_on_id``)."""
@@ -1126,6 +1122,37 @@ class Dialect(ABC):
         the in-flight index. An override must return a select of the same columns and
         rows (an index hint, say); here ``stmt`` itself."""
         return stmt
+
+
+def insert_rows_statement(
+    t: Tables,
+    now: sa.ColumnElement[float],
+    returning: bool,
+    notifier: ReadyNotifier | None,
+) -> sa.Insert:
+    """The INSERT of new job rows from parameters named as ``schema.ROW_KEYS``; with
+    ``returning``, it returns their ids in parameter order (and the wake-up of
+    ``notifier``, if any)."""
+    j = t.jobs
+    stmt = sa.insert(j).values(
+        {
+            **{c: sa.bindparam(c) for c in BULK_COLUMNS},
+            **BULK_CONSTANTS,
+            # Explicit casts: PostgreSQL cannot infer the type of a bare parameter.
+            "run_after": sa.func.coalesce(
+                sa.cast(sa.bindparam("run_after_at"), sa.Double),
+                now + sa.cast(sa.bindparam("run_after_delay"), sa.Double),
+            ),
+            "created_at": now,
+            "updated_at": now,
+            # 0 for jobs born terminal, NULL otherwise.
+            "finished_at": now + sa.cast(sa.bindparam("finished_offset"), sa.Double),
+        }
+    )
+    if not returning:
+        return stmt
+    returned = (j.c.id,) if notifier is None else (j.c.id, notifier.column)
+    return stmt.returning(*returned, sort_by_parameter_order=True)
 
 
 def inserted_id(result: Any) -> int:

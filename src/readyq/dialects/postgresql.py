@@ -263,6 +263,7 @@ class PostgresDialect(Dialect):
         t: Tables,
         rows: list[tuple[Any, ...]],
         now: sa.ColumnElement[float],
+        notifier: ReadyNotifier | None = None,
     ) -> list[int]:
         """Take the ids from the table's sequence (with the server's clock), then load
         every row at once: with ``COPY`` on psycopg's synchronous driver, else with one
@@ -273,7 +274,9 @@ class PostgresDialect(Dialect):
         # asyncpg: SQLAlchemy's multi-row VALUES numbers the clock's parameters once for
         # all rows ("the server expects 81 arguments, 72 were passed"): the JSON load.
         if len(rows) == 1 or (len(rows) < 50 and conn.dialect.driver != "asyncpg"):
-            return super().insert_job_rows(conn, t, rows, now)
+            return super().insert_job_rows(conn, t, rows, now, notifier)
+        if notifier is not None:
+            notifier.send(conn)
         # The ids as one comma-separated text: one row to fetch instead of one per id.
         seq = sa.func.pg_get_serial_sequence(j.name, "id")
         taken = sa.select(sa.func.nextval(seq).label("v")).select_from(

@@ -28,14 +28,14 @@ from __future__ import annotations
 
 import contextlib
 from collections import Counter, defaultdict
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from collections.abc import Set as AbstractSet
-from typing import Any
+from typing import Any, NamedTuple
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
-from readyq.dialects.base import inserted_id
+from readyq.dialects.base import ReadyNotifier
 from readyq.errors import DependencyCycle, DependencyNotFound, InvalidParent
 from readyq.model import BAD_ENDS, UNFINISHED_STATES, JobState
 from readyq.schema import NOT_ENDED, Tables, live_key_index_name
@@ -54,157 +54,109 @@ MAX_ROUNDS = 50
 
 
 def insert_job(ctx: StoreContext, conn: Connection, job: NewJob) -> int:
-    """Insert one job (no unique key) in the open transaction; return its id."""
-    t = ctx.tables
-    j = t.jobs
-    now = ctx.now
-    deps = set(job.depends_on)
-    if job.parent is not None:
-        parent = conn.execute(
-            sa.select(j.c.id, j.c.is_container, j.c.state)
-            .where(j.c.id == job.parent)
-            .with_for_update()
-        ).first()
-        if parent is None:
-            raise InvalidParent(f"parent job {job.parent} does not exist")
-        if not parent.is_container:
-            raise InvalidParent(
-                f"job {job.parent} is not a container; create one with enqueue_container()"
-            )
-        if parent.state != JobState.ACTIVE.value:
-            raise InvalidParent(
-                f"container {job.parent} has already finished ({parent.state})"
-            )
-        ancestors = _ancestors(ctx, conn, job.parent)
-        looped = deps.intersection(ancestors)
-        if looped:
-            raise DependencyCycle(
-                f"a job cannot depend on its own container {sorted(looped)[0]}: "
-                "the container only finishes after the job"
-            )
-        # A container's dependencies hold for every job inside it.
-        inherited = conn.execute(
-            sa.select(t.deps.c.depends_on_id).where(t.deps.c.job_id.in_(ancestors))
-        ).scalars()
-        deps.update(int(x) for x in inherited)
-    states: dict[int, str] = {}
-    if deps:
-        rows = conn.execute(
-            sa.select(j.c.id, j.c.state)
-            .where(ctx.dialect.match_ids(j.c.id, sorted(deps)))
-            .order_by(j.c.id)
-            .with_for_update()
-        ).all()
-        states = {int(r.id): r.state for r in rows}
-        missing = sorted(deps - states.keys())
-        if missing:
-            raise DependencyNotFound(
-                f"depends_on names job(s) that do not exist: {', '.join(map(str, missing))}"
-            )
-    bad = sorted(dep for dep, state in states.items() if state in BAD_ENDS)
-    pending = sum(1 for state in states.values() if state != JobState.DONE.value)
-    if job.parent is not None and deps and not bad:
-        _refuse_wait_cycles(ctx, conn, [(deps, set(), job.parent, None)])
-    if bad:
-        state = JobState.UPSTREAM_FAILED
-    elif job.is_container:
-        state = JobState.ACTIVE
-    elif pending:
-        state = JobState.WAITING
-    else:
-        state = JobState.READY
-    if job.run_after_at is not None:
-        run_after: Any = job.run_after_at
-    elif job.run_after_delay is not None:
-        run_after = now + job.run_after_delay
-    else:
-        run_after = None
-    values: dict[str, Any] = {
-        "type": job.type,
-        "args": job.args_json,
-        "state": state.value,
-        "is_container": job.is_container,
-        "parent_id": job.parent,
-        "group_key": job.group,
-        "weight": job.weight,
-        "priority": job.priority,
-        "attempts": 0,
-        "max_attempts": job.max_attempts,
-        "timeout": job.timeout,
-        "retry_on_timeout": True,
-        "pending_deps": pending,
-        "open_children": 0,
-        "failed_children": 0,
-        "cancel_requested": False,
-        "lease_token": 0,
-        "run_after": run_after,
-        "created_at": now,
-        "updated_at": now,
-        "unique_key": job.unique_key,
-        "uses": job.uses,
-    }
-    if state is JobState.UPSTREAM_FAILED:
-        values["error"] = f"dependency {bad[0]} ended {states[bad[0]]}"
-        values["finished_at"] = now
-    insert = sa.insert(j).values(**values)
-    notify = state is JobState.READY and ctx.notifier is not None
-    if notify:
-        assert ctx.notifier is not None
-        # The wake-up rides on the INSERT itself: one round trip, then the commit.
-        new_id = int(conn.execute(insert.returning(j.c.id, ctx.notifier.column)).one()[0])
-    else:
-        new_id = inserted_id(conn.execute(insert))
-    if deps:
-        conn.execute(
-            sa.insert(t.deps), [{"job_id": new_id, "depends_on_id": dep} for dep in deps]
-        )
-    if job.parent is not None:
-        conn.execute(
-            sa.update(j)
-            .where(j.c.id == job.parent)
-            .values(open_children=j.c.open_children + 1, updated_at=now)
-        )
-        if state is JobState.UPSTREAM_FAILED:
-            propagate(ctx, conn, [(new_id, state.value, job.parent)])
-    return new_id
+    """Insert one job (no unique key) in the open transaction; return its id.
+
+    A batch of one, so that a new job's rules live in one path.
+    """
+    return insert_batch(ctx, conn, [BatchJob(job)])[0]
 
 
 def insert_batch(ctx: StoreContext, conn: Connection, batch: Sequence[BatchJob]) -> list[int]:
     """Insert a batch (no unique keys) in the open transaction; the ids by position."""
-    t = ctx.tables
-    j = t.jobs
-    now = ctx.now
-    size = len(batch)
     # Existing jobs the batch refers to: lock containers first, then dependencies,
-    # each in id order, as single enqueues do.
-    outer_parents = sorted({b.job.parent for b in batch if b.job.parent is not None})
-    # outside container -> (its chain of containers, the dependencies they pass down)
-    inherited: dict[int, tuple[set[int], set[int]]] = {}
-    if outer_parents:
-        rows = conn.execute(
-            sa.select(j.c.id, j.c.is_container, j.c.state)
-            .where(j.c.id.in_(outer_parents))
-            .order_by(j.c.id)
-            .with_for_update()
-        ).all()
-        found = {int(r.id): r for r in rows}
-        for pid in outer_parents:
-            r = found.get(pid)
-            if r is None:
-                raise InvalidParent(f"parent job {pid} does not exist")
-            if not r.is_container:
-                raise InvalidParent(f"job {pid} is not a container")
-            if r.state != JobState.ACTIVE.value:
-                raise InvalidParent(f"container {pid} has already finished ({r.state})")
-            ancestors = _ancestors(ctx, conn, pid)
-            passed = {
-                int(x)
-                for x in conn.execute(
-                    sa.select(t.deps.c.depends_on_id).where(t.deps.c.job_id.in_(ancestors))
-                ).scalars()
-            }
-            inherited[pid] = (set(ancestors), passed)
-    # Effective outside dependencies per position (a container's apply to its children).
+    # each in id order.
+    inherited = _lock_containers(
+        ctx, conn, sorted({b.job.parent for b in batch if b.job.parent is not None})
+    )
+    outer = outside_dependencies(batch, inherited)
+    states = _lock_dependencies(ctx, conn, sorted(set().union(*(x for x in outer if x))))
+    inner = inside_dependencies(batch)
+    born = born_states(batch, outer, inner, states)
+    if any(b.job.parent is not None or b.parent_in_batch is not None for b in batch):
+        _refuse_wait_cycles(
+            ctx,
+            conn,
+            [
+                (_NONE, _NONE, b.job.parent, b.parent_in_batch)
+                if born[pos].state is JobState.UPSTREAM_FAILED
+                else (outer[pos], inner[pos], b.job.parent, b.parent_in_batch)
+                for pos, b in enumerate(batch)
+            ],
+        )
+    # The wake-up for new ready jobs rides on the INSERT of a single row (one round
+    # trip less for a single enqueue); a larger batch sends it once at the end.
+    ready = ctx.notifier is not None and any(x.state is JobState.READY for x in born)
+    ride = ctx.notifier if ready and len(batch) == 1 else None
+    ids = _insert_rows(ctx, conn, batch, born, ride)
+    edges = [
+        {"job_id": ids[pos], "depends_on_id": dep}
+        for pos in range(len(batch))
+        if outer[pos] or inner[pos]
+        for dep in sorted({*outer[pos], *(ids[x] for x in inner[pos])})
+    ]
+    if edges:
+        ctx.dialect.insert_edges(conn, ctx.tables, edges)
+    j = ctx.tables.jobs
+    for pid, n in Counter(b.job.parent for b in batch if b.job.parent is not None).items():
+        conn.execute(
+            sa.update(j)
+            .where(j.c.id == pid)
+            .values(open_children=j.c.open_children + n, updated_at=ctx.now)
+        )
+    born_bad = [
+        (ids[pos], JobState.UPSTREAM_FAILED.value,
+         ids[b.parent_in_batch] if b.parent_in_batch is not None else b.job.parent)
+        for pos, b in enumerate(batch)
+        if born[pos].state is JobState.UPSTREAM_FAILED
+    ]
+    if born_bad:
+        propagate(ctx, conn, born_bad)
+    if ready and ride is None:
+        ctx.notify_ready(conn)
+    return ids
+
+
+# -- the rules for a new job: checks, first state, row values ------------------------
+
+
+def check_container(parent: int, row: Any | None) -> None:
+    """Raise InvalidParent unless ``row`` (``is_container``, ``state``) is a container
+    that can still take children."""
+    if row is None:
+        raise InvalidParent(f"parent job {parent} does not exist")
+    if not row.is_container:
+        raise InvalidParent(
+            f"job {parent} is not a container; create one with enqueue_container()"
+        )
+    if row.state != JobState.ACTIVE.value:
+        raise InvalidParent(f"container {parent} has already finished ({row.state})")
+
+
+def check_found(wanted: Sequence[int], states: Mapping[int, str]) -> None:
+    """Raise DependencyNotFound if a dependency in ``wanted`` has no row."""
+    missing = sorted(set(wanted) - states.keys())
+    if missing:
+        raise DependencyNotFound(
+            f"depends_on names job(s) that do not exist: {', '.join(map(str, missing))}"
+        )
+
+
+def check_not_own_container(depends_on: Sequence[int], chain: AbstractSet[int]) -> None:
+    """Raise DependencyCycle if a job depends on one of its containers (``chain``)."""
+    looped = set(depends_on) & chain
+    if looped:
+        raise DependencyCycle(
+            f"a job cannot depend on its own container {min(looped)}: "
+            "the container only finishes after the job"
+        )
+
+
+def outside_dependencies(
+    batch: Sequence[BatchJob], inherited: Mapping[int, tuple[AbstractSet[int], set[int]]]
+) -> list[AbstractSet[int]]:
+    """The existing jobs each new job waits for: its own dependencies and those its
+    containers pass down (``inherited``: outside container -> its chain of containers
+    and the dependencies they pass down). Refuses a job that depends on its container."""
     outer: list[AbstractSet[int]] = []
     outer_chain: list[AbstractSet[int]] = []
     for b in batch:
@@ -222,118 +174,68 @@ def insert_batch(ctx: StoreContext, conn: Connection, batch: Sequence[BatchJob])
         elif b.parent_in_batch is not None:
             chain = outer_chain[b.parent_in_batch]
             deps |= outer[b.parent_in_batch]
-        looped = set(job.depends_on) & chain
-        if looped:
-            raise DependencyCycle(
-                f"a job cannot depend on its own container {min(looped)}: "
-                "the container only finishes after the job"
-            )
+        check_not_own_container(job.depends_on, chain)
         outer.append(deps)
         outer_chain.append(chain)
-    wanted = sorted(set().union(*(x for x in outer if x)))
-    states: dict[int, str] = {}
-    if wanted:
-        dep_rows = conn.execute(
-            sa.select(j.c.id, j.c.state)
-            .where(ctx.dialect.match_ids(j.c.id, wanted))
-            .order_by(j.c.id)
-            .with_for_update()
-        ).all()
-        states = {int(r.id): r.state for r in dep_rows}
-        missing = sorted(set(wanted) - states.keys())
-        if missing:
-            raise DependencyNotFound(
-                f"depends_on names job(s) that do not exist: {', '.join(map(str, missing))}"
-            )
-    # Born states, in batch order (references point backwards).
+    return outer
+
+
+def inside_dependencies(batch: Sequence[BatchJob]) -> list[AbstractSet[int]]:
+    """The batch positions each new job waits for, its containers' included."""
     inner: list[AbstractSet[int]] = []
-    born: list[tuple[JobState, int, str | None]] = []
-    upstream_failed, done = JobState.UPSTREAM_FAILED, JobState.DONE.value
-    for pos, b in enumerate(batch):
+    for b in batch:
         deps_in: AbstractSet[int] = set(b.deps_in_batch) if b.deps_in_batch else _NONE
         if b.parent_in_batch is not None:
             deps_in = deps_in | inner[b.parent_in_batch]
         inner.append(deps_in)
-        out = outer[pos]
-        bad_out = sorted(x for x in out if states[x] in BAD_ENDS) if out else ()
-        bad_in = (
-            sorted(x for x in deps_in if born[x][0] is upstream_failed) if deps_in else ()
-        )
+    return inner
+
+
+class Born(NamedTuple):
+    """How a new job starts: its state, its count of unfinished upstream jobs, and
+    which upstream job ended badly when it is born ``upstream_failed``."""
+
+    state: JobState
+    pending: int
+    error: str | None = None
+
+
+def first_state(is_container: bool, pending: int, bad_upstream: str | None) -> Born:
+    """A new job's first state: ``upstream_failed`` when an upstream job ended badly
+    (``bad_upstream`` says which), else ``active`` for a container, ``waiting`` while
+    upstream jobs are unfinished, ``ready`` otherwise."""
+    if bad_upstream is not None:
+        return Born(JobState.UPSTREAM_FAILED, pending, bad_upstream)
+    if is_container:
+        return Born(JobState.ACTIVE, pending)
+    return Born(JobState.WAITING if pending else JobState.READY, pending)
+
+
+def born_states(
+    batch: Sequence[BatchJob],
+    outer: Sequence[AbstractSet[int]],
+    inner: Sequence[AbstractSet[int]],
+    states: Mapping[int, str],
+) -> list[Born]:
+    """Each new job's start, in batch order (references point backwards), from the
+    states of the existing jobs it waits for and of the earlier new ones."""
+    born: list[Born] = []
+    upstream_failed, done = JobState.UPSTREAM_FAILED, JobState.DONE.value
+    for pos, b in enumerate(batch):
+        out, deps_in = outer[pos], inner[pos]
+        bad_out = min((x for x in out if states[x] in BAD_ENDS), default=None)
+        bad_in = min((x for x in deps_in if born[x].state is upstream_failed), default=None)
         pending = len(deps_in)
         if out:
             pending += sum(1 for x in out if states[x] != done)
-        error = None
-        if bad_out:
-            state = upstream_failed
-            error = f"dependency {bad_out[0]} ended {states[bad_out[0]]}"
-        elif bad_in:
-            state = upstream_failed
-            error = f"dependency #{bad_in[0]} of the batch ended upstream_failed"
-        elif b.job.is_container:
-            state = JobState.ACTIVE
-        elif pending:
-            state = JobState.WAITING
+        if bad_out is not None:
+            bad: str | None = f"dependency {bad_out} ended {states[bad_out]}"
+        elif bad_in is not None:
+            bad = f"dependency #{bad_in} of the batch ended upstream_failed"
         else:
-            state = JobState.READY
-        born.append((state, pending, error))
-    if any(b.job.parent is not None or b.parent_in_batch is not None for b in batch):
-        _refuse_wait_cycles(
-            ctx,
-            conn,
-            [
-                (set(), set(), b.job.parent, b.parent_in_batch)
-                if born[pos][0] is JobState.UPSTREAM_FAILED
-                else (outer[pos], inner[pos], b.job.parent, b.parent_in_batch)
-                for pos, b in enumerate(batch)
-            ],
-        )
-    children = Counter(b.parent_in_batch for b in batch if b.parent_in_batch is not None)
-    # Insert in waves: a container's row before its children's.
-    depth = [0] * size
-    for pos, b in enumerate(batch):
-        if b.parent_in_batch is not None:
-            depth[pos] = depth[b.parent_in_batch] + 1
-    ids: list[int] = [0] * size
-    for wave in range(max(depth) + 1):
-        positions = [pos for pos in range(size) if depth[pos] == wave]
-        rows_values = []
-        for pos in positions:
-            b = batch[pos]
-            state, pending, error = born[pos]
-            parent_id = (
-                ids[b.parent_in_batch] if b.parent_in_batch is not None else b.job.parent
-            )
-            rows_values.append(
-                row_values(b.job, state, pending, error, parent_id, children[pos])
-            )
-        new_ids = ctx.dialect.insert_job_rows(conn, t, rows_values, now)
-        for pos, new_id in zip(positions, new_ids, strict=True):
-            ids[pos] = new_id
-    edges = [
-        {"job_id": ids[pos], "depends_on_id": dep}
-        for pos in range(size)
-        if outer[pos] or inner[pos]
-        for dep in sorted({*outer[pos], *(ids[x] for x in inner[pos])})
-    ]
-    if edges:
-        ctx.dialect.insert_edges(conn, t, edges)
-    for pid, n in Counter(b.job.parent for b in batch if b.job.parent is not None).items():
-        conn.execute(
-            sa.update(j)
-            .where(j.c.id == pid)
-            .values(open_children=j.c.open_children + n, updated_at=now)
-        )
-    born_bad = [
-        (ids[pos], JobState.UPSTREAM_FAILED.value,
-         ids[b.parent_in_batch] if b.parent_in_batch is not None else b.job.parent)
-        for pos, b in enumerate(batch)
-        if born[pos][0] is JobState.UPSTREAM_FAILED
-    ]
-    if born_bad:
-        propagate(ctx, conn, born_bad)
-    if any(b[0] is JobState.READY for b in born):
-        ctx.notify_ready(conn)
-    return ids
+            bad = None
+        born.append(first_state(b.job.is_container, pending, bad))
+    return born
 
 
 def row_values(
@@ -367,6 +269,95 @@ def row_values(
         job.run_after_delay,
         0.0 if state is JobState.UPSTREAM_FAILED else None,
     )
+
+
+# -- the reads and writes ------------------------------------------------------------
+
+
+def _lock_containers(
+    ctx: StoreContext, conn: Connection, parents: Sequence[int]
+) -> dict[int, tuple[AbstractSet[int], set[int]]]:
+    """Lock and check the existing containers ``parents``; for each, its chain of
+    containers and the dependencies they pass down to their children."""
+    if not parents:
+        return {}
+    t = ctx.tables
+    j = t.jobs
+    rows = conn.execute(
+        sa.select(j.c.id, j.c.is_container, j.c.state)
+        .where(j.c.id.in_(parents))
+        .order_by(j.c.id)
+        .with_for_update()
+    ).all()
+    found = {int(r.id): r for r in rows}
+    inherited: dict[int, tuple[AbstractSet[int], set[int]]] = {}
+    for pid in parents:
+        check_container(pid, found.get(pid))
+        ancestors = _ancestors(ctx, conn, pid)
+        passed = {
+            int(x)
+            for x in conn.execute(
+                sa.select(t.deps.c.depends_on_id).where(t.deps.c.job_id.in_(ancestors))
+            ).scalars()
+        }
+        inherited[pid] = (set(ancestors), passed)
+    return inherited
+
+
+def _lock_dependencies(
+    ctx: StoreContext, conn: Connection, wanted: Sequence[int]
+) -> dict[int, str]:
+    """Lock the existing jobs ``wanted`` (in id order) and return their states."""
+    if not wanted:
+        return {}
+    j = ctx.tables.jobs
+    rows = conn.execute(
+        sa.select(j.c.id, j.c.state)
+        .where(ctx.dialect.match_ids(j.c.id, wanted))
+        .order_by(j.c.id)
+        .with_for_update()
+    ).all()
+    states = {int(r.id): r.state for r in rows}
+    check_found(wanted, states)
+    return states
+
+
+def _insert_rows(
+    ctx: StoreContext,
+    conn: Connection,
+    batch: Sequence[BatchJob],
+    born: Sequence[Born],
+    notifier: ReadyNotifier | None,
+) -> list[int]:
+    """Insert the rows in waves, a container's before its children's; the ids.
+    ``notifier`` (if any) is told with the first wave."""
+    size = len(batch)
+    children = Counter(b.parent_in_batch for b in batch if b.parent_in_batch is not None)
+    depth = [0] * size
+    for pos, b in enumerate(batch):
+        if b.parent_in_batch is not None:
+            depth[pos] = depth[b.parent_in_batch] + 1
+    ids: list[int] = [0] * size
+    for wave in range(max(depth) + 1):
+        positions = [pos for pos in range(size) if depth[pos] == wave]
+        rows = []
+        for pos in positions:
+            b = batch[pos]
+            start = born[pos]
+            parent_id = (
+                ids[b.parent_in_batch] if b.parent_in_batch is not None else b.job.parent
+            )
+            rows.append(
+                row_values(
+                    b.job, start.state, start.pending, start.error, parent_id, children[pos]
+                )
+            )
+        new_ids = ctx.dialect.insert_job_rows(
+            conn, ctx.tables, rows, ctx.now, notifier if wave == 0 else None
+        )
+        for pos, new_id in zip(positions, new_ids, strict=True):
+            ids[pos] = new_id
+    return ids
 
 
 def _refuse_wait_cycles(
@@ -569,25 +560,12 @@ def _retry_after(exc: sa.exc.IntegrityError, ctx: StoreContext, round_: int) -> 
 
 
 def insert_unique_job(ctx: StoreContext, conn: Connection, job: NewJob) -> tuple[int, bool]:
-    """Insert ``job`` unless a job that has not ended holds its key.
+    """Insert ``job`` unless a job that has not ended holds its key: a batch of one.
 
     Returns (id, created): the new job's id and True, or the holder's id and False.
     """
-    key = job.unique_key
-    assert key is not None
-    _take_write_lock(ctx, conn)
-    found = holders(ctx, conn, [key])
-    for round_ in range(MAX_ROUNDS):
-        if key in found:
-            return found[key], False
-        try:
-            with _savepoint(ctx, conn):
-                return insert_job(ctx, conn, job), True
-        except sa.exc.IntegrityError as exc:
-            if not _retry_after(exc, ctx, round_):
-                raise
-        found = holders(ctx, conn, [key], after_conflict=True)
-    raise AssertionError("unreachable")  # pragma: no cover
+    assert job.unique_key is not None
+    return insert_unique_batch(ctx, conn, [BatchJob(job)])[0]
 
 
 def without_held(
