@@ -11,7 +11,7 @@ SHELLS = ("bash", "zsh", "fish")
 
 
 def add_completion_parser(subparsers: Subparsers) -> None:
-    """`readyq completion`."""
+    """Add `readyq completion` to the subparsers."""
     p = subparsers.add_parser(
         "completion",
         help="print the shell completion script for bash, zsh or fish",

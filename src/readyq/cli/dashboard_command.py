@@ -15,7 +15,7 @@ from readyq.cli.output import say
 
 
 def add_dashboard_parser(subparsers: Subparsers) -> None:
-    """`readyq dashboard`."""
+    """Add `readyq dashboard` to the subparsers."""
     p = subparsers.add_parser(
         "dashboard",
         parents=[connection_options()],

@@ -18,7 +18,7 @@ DEMO_PREFIX = "readyq_demo_"
 
 
 def add_demo_parser(subparsers: Subparsers) -> None:
-    """`readyq demo`."""
+    """Add `readyq demo` to the subparsers."""
     p = subparsers.add_parser(
         "demo",
         help="run a small pipeline end to end and check it",

@@ -15,7 +15,7 @@ from readyq.cli.output import print_json, say
 
 
 def add_enqueue_parser(subparsers: Subparsers) -> None:
-    """`readyq enqueue`."""
+    """Add `readyq enqueue` to the subparsers."""
     p = subparsers.add_parser(
         "enqueue",
         parents=[connection_options(), json_option()],
@@ -115,71 +115,12 @@ def cmd_enqueue(args: argparse.Namespace) -> int:
             raise CLIError(f"--args is not valid JSON: {exc}", code=2) from None
     run_after = _run_after(args.run_after)
     if args.container:
-        given = [
-            name
-            for name, value in (
-                ("--priority", args.priority),
-                ("--run-after", args.run_after),
-                ("--max-attempts", args.max_attempts),
-                ("--timeout", args.timeout),
-                ("--unique-key", args.unique_key),
-                ("--uses", args.uses),
-            )
-            if value is not None
-        ]
-        if given:
-            raise CLIError(f"{', '.join(given)} cannot be used with --container", code=2)
+        _refuse_job_options(args)
     # The app's queue belongs to the app: used, never closed here.
     owned = args.app is None
-    if not owned:
-        queue = load_app(args.app)
-        handled = queue.handlers
-        # The queue refuses unknown types only once it has handlers; the app is named to
-        # check the job against them, so an app without any (or without this type) is
-        # refused here too. Containers have no handler.
-        if not args.container and args.type not in handled:
-            registered = ", ".join(sorted(handled)) or "none"
-            raise CLIError(
-                f"no handler for job type {args.type!r} in --app {args.app} (registered: "
-                f"{registered}); nothing was enqueued",
-                code=2,
-            )
-        if getattr(args, "db", None) or args.db_global:
-            say(
-                "readyq: note: --db is ignored with --app; the app's queue uses its own URL",
-                file=sys.stderr,
-            )
-    else:
-        queue = open_queue(args)
-    created = True
+    queue = open_queue(args) if owned else _app_queue(args)
     try:
-        if args.container:
-            job_id = queue.enqueue_container(
-                args.type,
-                payload,
-                group=args.group,
-                weight=args.weight,
-                depends_on=args.after,
-                parent=args.parent,
-            )
-        else:
-            options = {
-                "group": args.group,
-                "weight": args.weight,
-                "priority": args.priority or 0,
-                "depends_on": args.after,
-                "parent": args.parent,
-                "run_after": run_after,
-                "max_attempts": args.max_attempts,
-                "timeout": args.timeout,
-                "uses": None if args.uses is None else _uses(args.uses),
-            }
-            if args.unique_key is not None:
-                job_id, created = queue.enqueue_unique(
-                    args.type, payload, unique_key=args.unique_key, **options
-                )
-            else:
-                job_id = queue.enqueue(args.type, payload, **options)
+        job_id, created = _enqueue(queue, args, payload, run_after)
         if args.json:
             data = {"id": job_id, "state": queue.get(job_id).state.value}
             if args.unique_key is not None:
@@ -191,6 +132,75 @@ def cmd_enqueue(args: argparse.Namespace) -> int:
         if owned:
             queue.close()
     return 0
+
+
+def _refuse_job_options(args: argparse.Namespace) -> None:
+    """Refuse, for a container, the options of a job that runs."""
+    given = [
+        name
+        for name, value in (
+            ("--priority", args.priority),
+            ("--run-after", args.run_after),
+            ("--max-attempts", args.max_attempts),
+            ("--timeout", args.timeout),
+            ("--unique-key", args.unique_key),
+            ("--uses", args.uses),
+        )
+        if value is not None
+    ]
+    if given:
+        raise CLIError(f"{', '.join(given)} cannot be used with --container", code=2)
+
+
+def _app_queue(args: argparse.Namespace) -> Any:
+    """The Queue of --app, refused unless it has a handler for the job's type."""
+    queue = load_app(args.app)
+    handled = queue.handlers
+    # The queue refuses unknown types only once it has handlers; the app is named to
+    # check the job against them, so an app without any (or without this type) is
+    # refused here too. Containers have no handler.
+    if not args.container and args.type not in handled:
+        registered = ", ".join(sorted(handled)) or "none"
+        raise CLIError(
+            f"no handler for job type {args.type!r} in --app {args.app} (registered: "
+            f"{registered}); nothing was enqueued",
+            code=2,
+        )
+    if getattr(args, "db", None) or args.db_global:
+        say(
+            "readyq: note: --db is ignored with --app; the app's queue uses its own URL",
+            file=sys.stderr,
+        )
+    return queue
+
+
+def _enqueue(queue: Any, args: argparse.Namespace, payload: Any, run_after: Any) -> Any:
+    """Add the job (or container); its id, and whether it was added (False: a job holding
+    its unique key had not ended)."""
+    if args.container:
+        job_id = queue.enqueue_container(
+            args.type,
+            payload,
+            group=args.group,
+            weight=args.weight,
+            depends_on=args.after,
+            parent=args.parent,
+        )
+        return job_id, True
+    options = {
+        "group": args.group,
+        "weight": args.weight,
+        "priority": args.priority or 0,
+        "depends_on": args.after,
+        "parent": args.parent,
+        "run_after": run_after,
+        "max_attempts": args.max_attempts,
+        "timeout": args.timeout,
+        "uses": None if args.uses is None else _uses(args.uses),
+    }
+    if args.unique_key is not None:
+        return queue.enqueue_unique(args.type, payload, unique_key=args.unique_key, **options)
+    return queue.enqueue(args.type, payload, **options), True
 
 
 def _uses(items: list[str]) -> dict[str, int]:

@@ -20,6 +20,7 @@ EXIT_INTERRUPTED = 130  # 128 + SIGINT, as shells report a Ctrl-C
 
 
 def db_message(exc: BaseException) -> str:
+    """The first line of a database error (the driver's, not SQLAlchemy's wrapping)."""
     orig = getattr(exc, "orig", None) or exc
     lines = [x.strip() for x in str(orig).strip().splitlines() if x.strip()]
     return lines[0] if lines else exc.__class__.__name__

@@ -14,7 +14,7 @@ from readyq.cli.output import print_json, say
 
 
 def add_retry_parser(subparsers: Subparsers) -> None:
-    """`readyq retry`."""
+    """Add `readyq retry` to the subparsers."""
     p = subparsers.add_parser(
         "retry",
         parents=[connection_options(), json_option(), filter_options()],
@@ -75,7 +75,7 @@ def cmd_retry(args: argparse.Namespace) -> int:
 
 
 def add_cancel_parser(subparsers: Subparsers) -> None:
-    """`readyq cancel`."""
+    """Add `readyq cancel` to the subparsers."""
     p = subparsers.add_parser(
         "cancel",
         parents=[connection_options(), json_option(), filter_options()],
@@ -121,7 +121,7 @@ def cmd_cancel(args: argparse.Namespace) -> int:
 
 
 def add_close_parser(subparsers: Subparsers) -> None:
-    """`readyq close`."""
+    """Add `readyq close` to the subparsers."""
     p = subparsers.add_parser(
         "close",
         parents=[connection_options(), json_option()],

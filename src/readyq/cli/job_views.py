@@ -28,7 +28,7 @@ SHOW_EDGES = 20
 
 
 def add_show_parser(subparsers: Subparsers) -> None:
-    """`readyq show`."""
+    """Add `readyq show` to the subparsers."""
     p = subparsers.add_parser(
         "show",
         parents=[connection_options(), json_option()],
@@ -42,8 +42,6 @@ def add_show_parser(subparsers: Subparsers) -> None:
 
 
 def cmd_show(args: argparse.Namespace) -> int:
-    from rich.table import Table
-
     from readyq import admin
 
     queue = open_queue(args)
@@ -54,8 +52,29 @@ def cmd_show(args: argparse.Namespace) -> int:
     if args.json:
         print_json(detail.to_json())
         return 0
-    f, now = detail.fields, detail.now
     console = make_console()
+    console.print(_fields_table(detail))
+    for title, refs, states in (
+        ("Depends on", detail.dependencies, detail.dependency_states),
+        ("Needed by", detail.dependents, detail.dependent_states),
+    ):
+        console.print(_edges_table(title, refs, states) if refs else styled(f"{title}: none"))
+    if detail.attempts:
+        console.print(_attempts_table(detail.attempts, detail.now))
+    if detail.steps:
+        console.print(_steps_table(detail))
+    error = detail.fields["error"]
+    if error:
+        console.print(styled("Error:", "bold red"))
+        console.print(styled(error.rstrip()))
+    return 0
+
+
+def _fields_table(detail: Any) -> Any:
+    """The job's fields, one a row, and what its attempts kept."""
+    from rich.table import Table
+
+    f, now = detail.fields, detail.now
     table = Table(title=f"Job {f['id']}", title_justify="left", show_header=False)
     table.add_column("field", style="bold")
     table.add_column("value")
@@ -70,18 +89,17 @@ def cmd_show(args: argparse.Namespace) -> int:
     table.add_row(
         "attempts",
         styled(f"{f['attempts']} of {most}" if most is not None
-              else f"{f['attempts']} (the handler's max_attempts decides when it runs)"),
+               else f"{f['attempts']} (the handler's max_attempts decides when it runs)"),
     )
     if not f["is_container"]:
         table.add_row(
             "timeout",
             styled(f"{f['timeout']:g}s (given at enqueue)" if f["timeout"] is not None
-                  else "the handler's, if any"),
+                   else "the handler's, if any"),
         )
     if f["is_container"]:
-        table.add_row(
-            "children", styled(", ".join(f"{k} {v}" for k, v in detail.children.items()) or "none")
-        )
+        children = ", ".join(f"{k} {v}" for k, v in detail.children.items())
+        table.add_row("children", styled(children or "none"))
     if detail.parent is not None:
         p = detail.parent
         table.add_row("container", styled(f"#{p.id} {p.type} [{p.state}]"))
@@ -118,62 +136,63 @@ def cmd_show(args: argparse.Namespace) -> int:
     if f["result"] is not None:
         table.add_row("result", styled(short_json(f["result"])))
     _memory_rows(table, detail)
-    console.print(table)
-    for title, refs, states in (
-        ("Depends on", detail.dependencies, detail.dependency_states),
-        ("Needed by", detail.dependents, detail.dependent_states),
-    ):
-        if not refs:
-            console.print(styled(f"{title}: none"))
-            continue
-        total = sum(states.values())
-        t = Table(title=f"{title}: {total}" if total > SHOW_EDGES else title,
-                  title_justify="left")
-        t.add_column("id", justify="right")
-        t.add_column("type")
-        t.add_column("state")
-        for r in refs[:SHOW_EDGES]:
-            t.add_row(
-                styled(r.id),
-                styled(r.type + (" (container)" if r.is_container else "")),
-                state_text(r.state),
-            )
-        if total > SHOW_EDGES:
-            per_state = ", ".join(f"{n} {s}" for s, n in states.items())
-            t.add_row(styled("..."), styled(f"{total - SHOW_EDGES} more; all: {per_state}",
-                                          "bright_black"), styled(""))
-        console.print(t)
-    if detail.attempts:
-        t = Table(title="Attempts", title_justify="left")
-        for name in ("#", "worker", "started", "ended", "outcome", "error"):
-            t.add_column(name, justify="right" if name == "#" else "left")
-        for a in detail.attempts:
-            t.add_row(
-                styled(a.attempt), styled(a.worker or "-"),
-                styled(when(a.started_at, now)), styled(when(a.ended_at, now)),
-                state_text(a.outcome) if a.outcome in ("done", "running") else styled(a.outcome),
-                styled(error_line(a.error)),
-            )
-        console.print(t)
-    if detail.steps:
-        total = detail.step_count
-        more = total - len(detail.steps)
-        t = Table(title=f"Steps: {total}" + (f", the first {len(detail.steps)} by name"
-                                              if more else ""), title_justify="left")
-        for name in ("step", "stored", "bytes", "attempt"):
-            t.add_column(name, justify="right" if name in ("bytes", "attempt") else "left")
-        for st in detail.steps:
-            t.add_row(styled(st.name), styled(when(st.stored_at, now)),
-                      styled(f"{st.size:,}"), styled(st.attempt))
-        if more:
-            t.add_row(
-                styled(f"... {more} more", "bright_black"), styled(""), styled(""), styled("")
-            )
-        console.print(t)
-    if f["error"]:
-        console.print(styled("Error:", "bold red"))
-        console.print(styled(f["error"].rstrip()))
-    return 0
+    return table
+
+
+def _edges_table(title: str, refs: Any, states: dict[str, int]) -> Any:
+    """The first SHOW_EDGES dependencies (or dependents), and the rest counted by state."""
+    from rich.table import Table
+
+    total = sum(states.values())
+    t = Table(title=f"{title}: {total}" if total > SHOW_EDGES else title, title_justify="left")
+    t.add_column("id", justify="right")
+    t.add_column("type")
+    t.add_column("state")
+    for r in refs[:SHOW_EDGES]:
+        t.add_row(
+            styled(r.id),
+            styled(r.type + (" (container)" if r.is_container else "")),
+            state_text(r.state),
+        )
+    if total > SHOW_EDGES:
+        per_state = ", ".join(f"{n} {s}" for s, n in states.items())
+        t.add_row(styled("..."), styled(f"{total - SHOW_EDGES} more; all: {per_state}",
+                                        "bright_black"), styled(""))
+    return t
+
+
+def _attempts_table(attempts: Any, now: float) -> Any:
+    from rich.table import Table
+
+    t = Table(title="Attempts", title_justify="left")
+    for name in ("#", "worker", "started", "ended", "outcome", "error"):
+        t.add_column(name, justify="right" if name == "#" else "left")
+    for a in attempts:
+        t.add_row(
+            styled(a.attempt), styled(a.worker or "-"),
+            styled(when(a.started_at, now)), styled(when(a.ended_at, now)),
+            state_text(a.outcome) if a.outcome in ("done", "running") else styled(a.outcome),
+            styled(error_line(a.error)),
+        )
+    return t
+
+
+def _steps_table(detail: Any) -> Any:
+    """The steps the job stored: the first ones by name, and how many more."""
+    from rich.table import Table
+
+    now, total = detail.now, detail.step_count
+    more = total - len(detail.steps)
+    t = Table(title=f"Steps: {total}" + (f", the first {len(detail.steps)} by name"
+                                          if more else ""), title_justify="left")
+    for name in ("step", "stored", "bytes", "attempt"):
+        t.add_column(name, justify="right" if name in ("bytes", "attempt") else "left")
+    for st in detail.steps:
+        t.add_row(styled(st.name), styled(when(st.stored_at, now)),
+                  styled(f"{st.size:,}"), styled(st.attempt))
+    if more:
+        t.add_row(styled(f"... {more} more", "bright_black"), styled(""), styled(""), styled(""))
+    return t
 
 
 def _memory_rows(table: Any, detail: Any) -> None:
@@ -199,7 +218,7 @@ def _memory_rows(table: Any, detail: Any) -> None:
 
 
 def add_dag_parser(subparsers: Subparsers) -> None:
-    """`readyq dag`."""
+    """Add `readyq dag` to the subparsers."""
     p = subparsers.add_parser(
         "dag",
         parents=[connection_options(), json_option()],
@@ -264,7 +283,7 @@ def render_tree(g: Any, width: int = 80) -> Any:
         links += [(c, "contains ") for c in shown]
         if links and depth >= max_depth:
             branch.add(styled(f"... more {'upstream' if up else 'downstream'}: readyq dag {i}",
-                             "bright_black"))
+                              "bright_black"))
             return
         for j, relation in links:
             if j in seen:

@@ -21,7 +21,7 @@ from readyq.cli.output import (
 
 
 def add_jobs_parser(subparsers: Subparsers) -> None:
-    """`readyq jobs`."""
+    """Add `readyq jobs` to the subparsers."""
     p = subparsers.add_parser(
         "jobs",
         parents=[connection_options(), json_option(), filter_options()],
@@ -73,7 +73,7 @@ def cmd_jobs(args: argparse.Namespace) -> int:
             if j.state.value == "ready" and pauses_of(pauses, j.group, j.type)
         ]
         print_json({**page.to_json(), "paused_ids": paused,
-                     "pauses": [pause_json(p) for p in pauses]})
+                    "pauses": [pause_json(p) for p in pauses]})
         return 0
     console = make_console()
     table = Table(

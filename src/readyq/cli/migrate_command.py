@@ -12,7 +12,7 @@ from readyq.cli.output import print_json, say
 
 
 def add_migrate_parser(subparsers: Subparsers) -> None:
-    """`readyq migrate`."""
+    """Add `readyq migrate` to the subparsers."""
     p = subparsers.add_parser(
         "migrate",
         parents=[connection_options(), json_option()],

@@ -11,7 +11,7 @@ from readyq.cli.output import print_json, say
 
 
 def add_pause_parser(subparsers: Subparsers) -> None:
-    """`readyq pause`."""
+    """Add `readyq pause` to the subparsers."""
     p = subparsers.add_parser(
         "pause",
         parents=[connection_options()],
@@ -69,7 +69,7 @@ def cmd_pause(args: argparse.Namespace) -> int:
 
 
 def add_resume_parser(subparsers: Subparsers) -> None:
-    """`readyq resume`."""
+    """Add `readyq resume` to the subparsers."""
     p = subparsers.add_parser(
         "resume",
         parents=[connection_options()],
@@ -110,7 +110,7 @@ def cmd_resume(args: argparse.Namespace) -> int:
 
 
 def add_pauses_parser(subparsers: Subparsers) -> None:
-    """`readyq pauses`."""
+    """Add `readyq pauses` to the subparsers."""
     p = subparsers.add_parser(
         "pauses",
         parents=[connection_options(), json_option()],

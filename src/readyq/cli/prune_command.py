@@ -15,7 +15,7 @@ PROGRESS_THRESHOLD = 1000
 
 
 def add_prune_parser(subparsers: Subparsers) -> None:
-    """`readyq prune`."""
+    """Add `readyq prune` to the subparsers."""
     p = subparsers.add_parser(
         "prune",
         parents=[connection_options(), json_option()],

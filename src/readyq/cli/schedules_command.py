@@ -11,7 +11,7 @@ from readyq.cli.output import make_console, print_json, say, styled
 
 
 def add_schedules_parser(subparsers: Subparsers) -> None:
-    """`readyq schedules`."""
+    """Add `readyq schedules` to the subparsers."""
     p = subparsers.add_parser(
         "schedules",
         parents=[connection_options(), json_option()],

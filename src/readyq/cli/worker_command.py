@@ -15,7 +15,7 @@ from readyq.cli.output import print_json, say
 
 
 def add_worker_parser(subparsers: Subparsers) -> None:
-    """`readyq worker`."""
+    """Add `readyq worker` to the subparsers."""
     p = subparsers.add_parser(
         "worker",
         help="run the handlers of an application's Queue",
@@ -107,6 +107,13 @@ def add_worker_flags(
         "(by default they are frozen out of them, which shortens the pauses of a long-lived "
         "worker)",
     )
+    _add_isolation_flags(p)
+    p.add_argument("--worker-id", default=None, help="worker id (default host:pid:random)")
+    p.add_argument("--json", action="store_true", help="print the final stats as JSON")
+
+
+def _add_isolation_flags(p: argparse.ArgumentParser) -> None:
+    """Where handlers run, and the limits of the child processes that run them."""
     p.add_argument(
         "--isolation",
         choices=("thread", "process"),
@@ -136,8 +143,6 @@ def add_worker_flags(
         help="kill a child process whose resident memory passes MIB mebibytes, failing "
         "its attempt (default: no limit)",
     )
-    p.add_argument("--worker-id", default=None, help="worker id (default host:pid:random)")
-    p.add_argument("--json", action="store_true", help="print the final stats as JSON")
 
 
 def cmd_worker(args: argparse.Namespace) -> int:
