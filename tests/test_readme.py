@@ -9,7 +9,7 @@ import re
 import sys
 from pathlib import Path
 
-from readyq.cli import _parser
+from readyq.cli import build_parser
 
 ROOT = Path(__file__).resolve().parents[1]
 README = (ROOT / "README.md").read_text()
@@ -43,6 +43,6 @@ def test_the_extras_table_lists_every_extra() -> None:
 def test_the_cli_list_names_every_command() -> None:
     block = section("The CLI").split("```", 2)[1]
     listed = [m for m in re.findall(r"^  ([a-z]+)\s", block, re.M)]
-    parser = _parser()
+    parser = build_parser()
     [commands] = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
     assert sorted(listed) == sorted(commands.choices)

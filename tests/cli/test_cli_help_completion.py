@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 import readyq
-from readyq.cli import _parser, main
+from readyq.cli import build_parser, main
 
 SHELLS = ("bash", "zsh", "fish")
 
@@ -30,7 +30,7 @@ BUILTIN = {"help", "version"}
 
 
 def parsers() -> Iterator[tuple[str, argparse.ArgumentParser]]:
-    root = _parser()
+    root = build_parser()
     yield "readyq", root
     for action in root._actions:
         if isinstance(action, argparse._SubParsersAction):
@@ -56,7 +56,7 @@ def test_version_prints_the_package_version(capsys: pytest.CaptureFixture[str]) 
 def test_bare_readyq_prints_the_whole_help_as_a_usage_error(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    full = _parser().format_help()
+    full = build_parser().format_help()
     for argv in ([], ["-v"], ["--db", "sqlite:///x.db"]):
         assert main(argv) == 2, argv
         captured = capsys.readouterr()
@@ -65,7 +65,7 @@ def test_bare_readyq_prints_the_whole_help_as_a_usage_error(
 
 
 def test_every_command_and_argument_has_a_help_text() -> None:
-    root = _parser()
+    root = build_parser()
     [commands] = [a for a in root._actions if isinstance(a, argparse._SubParsersAction)]
     listed = {a.dest: a.help for a in commands._choices_actions}
     assert set(listed) == set(commands.choices)
@@ -92,7 +92,7 @@ def test_every_default_is_stated_in_its_help() -> None:
 
 
 def test_help_shows_no_markup_and_no_file_of_the_source_tree() -> None:
-    root_help = _parser().format_help()
+    root_help = build_parser().format_help()
     assert root_help.split("\n\n")[1].startswith("Operate readyq")
     for name, parser in parsers():
         text = parser.format_help()

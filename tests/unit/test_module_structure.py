@@ -206,3 +206,34 @@ def test_job_building_reaches_no_database() -> None:
         for node in ast.walk(tree) if isinstance(node, ast.ImportFrom) and not node.level
     }
     assert "sqlalchemy" not in third_party
+
+
+# The modules of readyq.cli that commands share; every other one adds and runs commands,
+# except the parser that gathers them and the entry point.
+CLI_SHARED = {
+    f"readyq.cli.{name}"
+    for name in ("errors", "connection", "output", "options", "filters", "bulk_actions",
+                 "status_view")
+}
+CLI_TOP = {"readyq.cli", "readyq.cli.__main__", "readyq.cli.entry_point", "readyq.cli.parser"}
+
+
+def test_cli_commands_use_only_the_shared_cli_modules() -> None:
+    """A command module imports no other command module (nor the package, which imports
+    them all), the shared modules import no command module, and the rest of readyq
+    imports the package, not its modules."""
+    modules = _modules()
+    known = set(modules)
+    offenders = []
+    for name, tree in modules.items():
+        if name in CLI_TOP:
+            continue
+        imported = _imports(name, tree, known)
+        if name.startswith("readyq.cli."):
+            cli_imports = {m for m in imported if m.startswith("readyq.cli")} - CLI_SHARED
+        else:
+            cli_imports = {m for m in imported if m.startswith("readyq.cli.")}
+        offenders += [f"{name} -> {m}" for m in sorted(cli_imports)]
+    assert offenders == []
+    commands = {n for n in known if n.startswith("readyq.cli.")} - CLI_SHARED - CLI_TOP
+    assert len(commands) >= 10  # the test would pass vacuously on a renamed package
