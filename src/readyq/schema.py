@@ -229,6 +229,10 @@ BULK_COLUMNS = (
     "priority", "max_attempts", "timeout", "pending_deps", "open_children", "unique_key",
     "uses", "batch_key", "spawned_by",
 )
+# Bulk columns that most jobs leave NULL: an INSERT whose rows all do leaves them out, so
+# that it writes only what the job table had before they were added (a job enqueued
+# before a migration, or by a process of the release before).
+SPARSE_COLUMNS = ("batch_key", "spawned_by")
 BULK_CONSTANTS: dict[str, object] = {
     "attempts": 0,
     "failed_children": 0,

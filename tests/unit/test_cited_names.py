@@ -58,9 +58,10 @@ def _docstrings() -> list[tuple[str, str | None, str]]:
         parts = list(path.relative_to(PACKAGE.parent).with_suffix("").parts)
         if parts[-1] == "__init__":
             parts.pop()
-        if parts[:2] in (["readyq", "django"], ["readyq", "migrations"], ["readyq", "__main__"]):
+        if parts[:2] in (["readyq", "django"], ["readyq", "migrations"]) or \
+                parts[-1] == "__main__":
             # Django's modules need Django, alembic runs the migrations, and importing
-            # __main__ runs the CLI.
+            # a __main__ runs the CLI.
             continue
         name = ".".join(parts)
 

@@ -48,13 +48,7 @@ from readyq.dialects.records import (
     dependents_from,
 )
 from readyq.model import IN_FLIGHT_STATES, ClaimedJob
-from readyq.schema import (
-    BULK_COLUMNS,
-    BULK_CONSTANTS,
-    ROW_KEYS,
-    Tables,
-    TableTraits,
-)
+from readyq.schema import ROW_KEYS, SPARSE_COLUMNS, Tables, TableTraits
 from readyq.sql import claims as claim_sql
 from readyq.sql import jobs as job_sql
 from readyq.sql import leases as lease_sql
@@ -295,10 +289,14 @@ class Dialect(ABC):
         params = [dict(zip(ROW_KEYS, row, strict=True)) for row in rows]
         returning = conn.dialect.insert_executemany_returning_sort_by_parameter_order
         ride = notifier if returning else None
+        unset = tuple(c for c in SPARSE_COLUMNS if all(p[c] is None for p in params))
+        for c in unset:  # a parameter named as a column would put it back in the INSERT
+            for p in params:
+                del p[c]
         # Built once: constructing the INSERT cost a single enqueue more than running it.
         stmt = self.cached(
-            ("insert_rows", t.jobs.name, returning, ride is not None),
-            lambda: insert_rows_statement(t, now, returning, ride),
+            ("insert_rows", t.jobs.name, returning, ride is not None, unset),
+            lambda: job_sql.insert_rows(t, now, returning, ride, unset),
         )
         if returning:
             return [int(r[0]) for r in conn.execute(stmt, params)]
@@ -1122,37 +1120,6 @@ class Dialect(ABC):
         the in-flight index. An override must return a select of the same columns and
         rows (an index hint, say); here ``stmt`` itself."""
         return stmt
-
-
-def insert_rows_statement(
-    t: Tables,
-    now: sa.ColumnElement[float],
-    returning: bool,
-    notifier: ReadyNotifier | None,
-) -> sa.Insert:
-    """The INSERT of new job rows from parameters named as ``schema.ROW_KEYS``; with
-    ``returning``, it returns their ids in parameter order (and the wake-up of
-    ``notifier``, if any)."""
-    j = t.jobs
-    stmt = sa.insert(j).values(
-        {
-            **{c: sa.bindparam(c) for c in BULK_COLUMNS},
-            **BULK_CONSTANTS,
-            # Explicit casts: PostgreSQL cannot infer the type of a bare parameter.
-            "run_after": sa.func.coalesce(
-                sa.cast(sa.bindparam("run_after_at"), sa.Double),
-                now + sa.cast(sa.bindparam("run_after_delay"), sa.Double),
-            ),
-            "created_at": now,
-            "updated_at": now,
-            # 0 for jobs born terminal, NULL otherwise.
-            "finished_at": now + sa.cast(sa.bindparam("finished_offset"), sa.Double),
-        }
-    )
-    if not returning:
-        return stmt
-    returned = (j.c.id,) if notifier is None else (j.c.id, notifier.column)
-    return stmt.returning(*returned, sort_by_parameter_order=True)
 
 
 def inserted_id(result: Any) -> int:

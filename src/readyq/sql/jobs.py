@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
 
 import sqlalchemy as sa
 
-from readyq.schema import Tables
+from readyq.schema import BULK_COLUMNS, BULK_CONSTANTS, Tables
 from readyq.sql.ready import active_containers
+
+if TYPE_CHECKING:
+    from readyq.dialects.base import ReadyNotifier
 
 
 def release_dependents(
@@ -55,3 +58,35 @@ def empty_containers(t: Tables, before: float, limit: int) -> sa.Select[Any]:
         .order_by(j.c.id)
         .limit(limit)
     )
+
+
+def insert_rows(
+    t: Tables,
+    now: sa.ColumnElement[float],
+    returning: bool,
+    notifier: ReadyNotifier | None,
+    unset: Sequence[str] = (),
+) -> sa.Insert:
+    """The INSERT of new job rows from parameters named as ``schema.ROW_KEYS``, the
+    columns ``unset`` left out (NULL in every row); with ``returning``, it returns their
+    ids in parameter order (and the wake-up of ``notifier``, if any)."""
+    j = t.jobs
+    stmt = sa.insert(j).values(
+        {
+            **{c: sa.bindparam(c) for c in BULK_COLUMNS if c not in unset},
+            **BULK_CONSTANTS,
+            # Explicit casts: PostgreSQL cannot infer the type of a bare parameter.
+            "run_after": sa.func.coalesce(
+                sa.cast(sa.bindparam("run_after_at"), sa.Double),
+                now + sa.cast(sa.bindparam("run_after_delay"), sa.Double),
+            ),
+            "created_at": now,
+            "updated_at": now,
+            # 0 for jobs born terminal, NULL otherwise.
+            "finished_at": now + sa.cast(sa.bindparam("finished_offset"), sa.Double),
+        }
+    )
+    if not returning:
+        return stmt
+    returned = (j.c.id,) if notifier is None else (j.c.id, notifier.column)
+    return stmt.returning(*returned, sort_by_parameter_order=True)
