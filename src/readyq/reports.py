@@ -45,6 +45,21 @@ def duration_text(seconds: float) -> str:
     return f"{seconds / 86_400:.0f}d"
 
 
+def ago(seconds: float | None) -> str:
+    """How long ``seconds`` is, to the tenth of a second or in its two largest units:
+    the CLI and the dashboard show ages alike."""
+    if seconds is None:
+        return "-"
+    s = max(0.0, seconds)
+    if s < 60:
+        return f"{s:.1f}s"
+    if s < 3600:
+        return f"{int(s // 60)}m {int(s % 60):02d}s"
+    if s < 86400:
+        return f"{int(s // 3600)}h {int(s % 3600 // 60):02d}m"
+    return f"{int(s // 86400)}d {int(s % 86400 // 3600):02d}h"
+
+
 def ordered_states(counts: dict[str, int]) -> dict[str, int]:
     known = [s for s in STATE_ORDER if s in counts]
     other = sorted(s for s in counts if s not in STATE_ORDER)

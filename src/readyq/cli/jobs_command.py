@@ -9,7 +9,6 @@ from readyq.cli.connection import open_queue
 from readyq.cli.filters import describe_filter, filter_options, job_filter
 from readyq.cli.options import Subparsers, connection_options, json_option
 from readyq.cli.output import (
-    ago,
     error_line,
     make_console,
     print_json,
@@ -18,6 +17,7 @@ from readyq.cli.output import (
     state_text,
     styled,
 )
+from readyq.reports import ago
 
 
 def add_jobs_parser(subparsers: Subparsers) -> None:

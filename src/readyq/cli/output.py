@@ -9,6 +9,7 @@ import json
 import os
 from typing import Any
 
+from readyq.reports import ago
 from readyq.untrusted import printable
 
 STATE_STYLES = {
@@ -65,19 +66,6 @@ def styled(value: object, style: str = "") -> Any:
 
 def state_text(state: str) -> Any:
     return styled(state, STATE_STYLES.get(state, ""))
-
-
-def ago(seconds: float | None) -> str:
-    if seconds is None:
-        return "-"
-    s = max(0.0, seconds)
-    if s < 60:
-        return f"{s:.1f}s"
-    if s < 3600:
-        return f"{int(s // 60)}m {int(s % 60):02d}s"
-    if s < 86400:
-        return f"{int(s // 3600)}h {int(s % 3600 // 60):02d}m"
-    return f"{int(s // 86400)}d {int(s % 86400 // 3600):02d}h"
 
 
 def when(epoch: float | None, now: float) -> str:

@@ -6,7 +6,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from readyq.cli.output import ago, one_line, progress_cell, state_text, styled
+from readyq.cli.output import one_line, progress_cell, state_text, styled
+from readyq.reports import ago
 
 
 def render_status(st: Any, database: str, prefix: str, *, max_rows: int | None = None) -> Any:

@@ -11,7 +11,7 @@ import jinja2
 
 from readyq.listing import STATES
 from readyq.model import IN_FLIGHT_STATES
-from readyq.reports import iso, number_text, progress_text
+from readyq.reports import ago, iso, number_text, progress_text
 
 TEMPLATES = Path(__file__).resolve().parent / "templates"
 # The saved state a job page shows, in characters of its indented JSON; the API has it all.
@@ -28,19 +28,6 @@ def short_pretty_json(value: Any, limit: int = STATE_CHARS) -> str:
     if len(text) <= limit:
         return text
     return text[:limit] + f"\n… ({len(text):,} characters; the JSON API has all of it)"
-
-
-def ago(seconds: float | None) -> str:
-    if seconds is None:
-        return "-"
-    s = max(0.0, seconds)
-    if s < 60:
-        return f"{s:.1f}s"
-    if s < 3600:
-        return f"{int(s // 60)}m {int(s % 60):02d}s"
-    if s < 86400:
-        return f"{int(s // 3600)}h {int(s % 3600 // 60):02d}m"
-    return f"{int(s // 86400)}d {int(s % 86400 // 3600):02d}h"
 
 
 def template_environment() -> jinja2.Environment:
