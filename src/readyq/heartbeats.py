@@ -23,7 +23,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Protocol
 
 from readyq.errors import LeaseLost
@@ -118,19 +118,24 @@ class Heartbeats:
 
     # -- what the worker tells it ------------------------------------------------------
 
-    def hold(self, held: Held, until: float) -> None:
-        """Keep ``held``'s lease from now on; it surely holds until ``until`` (this
-        process's monotonic clock: when its claim began, plus the lease length)."""
-        held.lost.until = until - self.margin
+    def hold(self, held: Sequence[Held], until: float) -> None:
+        """Keep the leases of ``held`` (one claim's attempts) from now on; they surely
+        hold until ``until`` (this process's monotonic clock: when the claim began, plus
+        the lease length)."""
+        lost_at = until - self.margin
+        for h in held:
+            h.lost.until = lost_at
         with self._lock:
-            self._held[held.claimed.id] = held
+            for h in held:
+                self._held[h.claimed.id] = h
 
-    def release(self, held: Held) -> None:
-        """Stop keeping ``held``'s lease (its attempt was recorded, or abandoned)."""
-        job_id = held.claimed.id
+    def release(self, held: Iterable[Held]) -> None:
+        """Stop keeping the leases of ``held`` (their attempts were recorded, or
+        abandoned)."""
         with self._lock:
-            if self._held.get(job_id) is held:
-                del self._held[job_id]
+            for h in held:
+                if self._held.get(h.claimed.id) is h:
+                    del self._held[h.claimed.id]
 
     def stop(self) -> None:
         """End :meth:`run` (after the round under way, if any)."""

@@ -349,7 +349,7 @@ class LeaseFlag(Flag):
     __slots__ = ("until",)
 
     def __init__(self, until: float = float("inf")) -> None:
-        super().__init__()
+        self._value = False  # Flag's own start, without the call
         self.until = until
 
     def is_set(self) -> bool:
@@ -392,8 +392,9 @@ class Job:
     # Checks and builds a spawn, as ``_stage(specs, join=..., parent=...)``: the queue's
     # ``spawn_of``. None where the job object cannot spawn (hooks).
     _stage: Callable[..., Any] | None = field(default=None, repr=False)
-    _spawns: list[Any] = field(default_factory=list, repr=False)
-    _spawn_keys: set[str] = field(default_factory=set, repr=False)
+    # Made at the first spawn: most attempts spawn nothing.
+    _spawns: list[Any] | None = field(default=None, repr=False)
+    _spawn_keys: set[str] | None = field(default=None, repr=False)
     # Builds the attempt's memory (readyq.checkpoints.AttemptMemory) at its first use,
     # so that a job that uses none costs nothing; None where the job object is not a
     # running attempt (hooks, a Job built by hand).
@@ -505,6 +506,8 @@ class Job:
             raise InvalidJobOption("this job object is not a running attempt: it cannot spawn")
         specs = list(specs)
         keys = [s.unique_key for s in specs if getattr(s, "unique_key", None) is not None]
+        if self._spawns is None or self._spawn_keys is None:
+            self._spawns, self._spawn_keys = [], set()
         taken = self._spawn_keys.intersection(keys)
         if taken:
             raise InvalidUniqueKey(
@@ -515,7 +518,7 @@ class Job:
 
     def staged_spawns(self) -> tuple[Any, ...]:
         """What :meth:`spawn` staged so far, in order (for the worker to record)."""
-        return tuple(self._spawns)
+        return () if self._spawns is None else tuple(self._spawns)
 
     @property
     def lease_lost(self) -> bool:

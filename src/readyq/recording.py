@@ -177,19 +177,29 @@ class Recorder:
         """Account for ``outcomes`` once written (``applied``: whether each was): forget
         their attempts, count, log and tell the observers."""
         fenced = 0
+        # Only forget the attempt an outcome belongs to: a timed-out attempt may report
+        # after the same job was claimed again by this worker.
+        running = self.running
+        mine: list[RunningAttempt | None] = []
         for o in outcomes:
-            # Only forget the attempt this outcome belongs to: a timed-out attempt may
-            # report after the same job was claimed again by this worker.
-            entry = self.running.get(o.job.id)
-            mine = entry is not None and entry.claimed.lease_token == o.job.lease_token
-            if mine and entry is not None:
-                del self.running[o.job.id]
-                self.heartbeats.release(entry)
+            entry = running.get(o.job.id)
+            if entry is not None and entry.claimed.lease_token == o.job.lease_token:
+                del running[o.job.id]
+                mine.append(entry)
+            else:
+                mine.append(None)
+        self.heartbeats.release([e for e in mine if e is not None])
+        # Asked once per tick, not once per outcome.
+        log_info = log.isEnabledFor(logging.INFO)
+        log_warning = log.isEnabledFor(logging.WARNING)
+        observing = bool(self.observers)
+        stats = self.stats
+        for o, entry in zip(outcomes, mine, strict=True):
             recorded = applied.get((o.job.id, o.job.lease_token), Recorded.FENCED)
             if recorded is Recorded.SWEPT:
                 continue  # the sweep that recorded this timeout first told of it
             if not recorded:
-                self.stats.fenced_out += 1
+                stats.fenced_out += 1
                 fenced += 1
                 # The chaos tests read (job id, attempt, kind) from these arguments.
                 log.warning(
@@ -201,23 +211,24 @@ class Recorder:
                            "event": "write_fenced", "outcome": str(o.kind)},
                 )
                 continue
-            if o.kind == DONE:
-                self.stats.done += 1
-            elif o.kind == RETRY:
-                self.stats.retried += 1
-            elif o.kind == FAIL:
-                self.stats.failed += 1
-            elif o.kind == CANCEL:
-                self.stats.cancelled += 1
+            kind = o.kind
+            if kind == DONE:
+                stats.done += 1
+            elif kind == RETRY:
+                stats.retried += 1
+            elif kind == FAIL:
+                stats.failed += 1
+            elif kind == CANCEL:
+                stats.cancelled += 1
             if o.error_type == TIMEOUT:
-                self.stats.timed_out += 1
-            state = FINISHED_STATES.get(o.kind)  # a str enum: its value is the key
+                stats.timed_out += 1
+            state = FINISHED_STATES.get(kind)  # a str enum: its value is the key
             if state is None:
                 continue
-            if log.isEnabledFor(logging.INFO if o.kind != FAIL else logging.WARNING):
+            if log_warning if kind == FAIL else log_info:
                 self._log_end(o, state)
-            if self.observers:
-                job = entry.job if mine and entry is not None else self.job_of(o.job)
+            if observing:
+                job = entry.job if entry is not None else self.job_of(o.job)
                 self.observers.emit("on_finished", job, state, o.duration)
         if fenced:
             self.observers.emit("on_fenced", fenced)

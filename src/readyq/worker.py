@@ -717,11 +717,18 @@ class Worker:
     def _launch(self, claimed: list[ClaimedJob], lease_until: float) -> None:
         self.stats.claimed += len(claimed)
         traced = spans_enabled()
-        entries = [self._entry(c, lease_until, traced) for c in claimed]
+        # Asked once per claim, not once per job.
+        logged = log.isEnabledFor(logging.INFO)
+        observed = bool(self.observers)
+        entries = [self._entry(c, traced, logged, observed) for c in claimed]
+        self.heartbeats.hold(entries, lease_until)
         self._pool.submit_many(self._execute, entries)
 
-    def _entry(self, c: ClaimedJob, lease_until: float, traced: bool = False) -> RunningAttempt:
-        """Register a claimed attempt as running here (its handler not yet started)."""
+    def _entry(
+        self, c: ClaimedJob, traced: bool, logged: bool, observed: bool
+    ) -> RunningAttempt:
+        """Register a claimed attempt as running here (its handler not yet started, its
+        lease not yet held)."""
         spec = self.handlers[c.type]
         lost, cancelled = LeaseFlag(), Flag()
         unreadable = None
@@ -752,19 +759,21 @@ class Worker:
         if stale is not None:  # an earlier attempt of this job that timed out here
             self._lose(stale)
         self._running[c.id] = entry
-        self.heartbeats.hold(entry, lease_until)
-        if log.isEnabledFor(logging.INFO):  # spare the hot path the extra dict
+        if logged:  # spare the hot path the extra dict
             log.info("job %d (%s) attempt %d started", c.id, one_line(c.type), c.attempt,
                      extra={**claimed_fields(c), "event": "job_started",
                             "worker_id": self.worker_id})
-        if self.observers:
+        if observed:
             self.observers.emit("on_started", job)
         return entry
 
     def _execute(self, entry: RunningAttempt) -> None:
         began = time.monotonic()
         recorder = self._recorder
-        if recorder.too_late(entry) or recorder.unrunnable(entry):
+        # Each check asked here first: it is false for nearly every attempt.
+        if (entry.lost.is_set() and recorder.too_late(entry)) or (
+            entry.unreadable is not None and recorder.unrunnable(entry)
+        ):
             return
         if entry.traced:
             with attempt_span(entry.claimed) as span:
@@ -779,7 +788,8 @@ class Worker:
         if entry.isolated:
             return self._children.run(entry, began)
         try:
-            prepare_job(job, spec)
+            if spec.args_model is not None:
+                prepare_job(job, spec)
             value = asyncio.run(spec.fn(job)) if spec.is_async else spec.fn(job)
             self._settle(job)
             return done_outcome(entry.claimed, value, self.max_payload_bytes, spec,
@@ -824,7 +834,7 @@ class Worker:
         if self._running.get(e.claimed.id) is not e:
             return
         del self._running[e.claimed.id]
-        self.heartbeats.release(e)
+        self.heartbeats.release((e,))
         self.stats.leases_lost += 1
         e.lost.set()
         log.warning("job %d attempt %d: lease lost; the attempt is abandoned",

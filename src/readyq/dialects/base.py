@@ -52,7 +52,13 @@ from readyq.schema import ROW_KEYS, SPARSE_COLUMNS, Tables, TableTraits
 from readyq.sql import claims as claim_sql
 from readyq.sql import jobs as job_sql
 from readyq.sql import leases as lease_sql
-from readyq.sql.claims import claim_columns, claim_head, claimed_from_row, lease_values
+from readyq.sql.claims import (
+    claim_columns,
+    claim_head,
+    claimed_from_row,
+    claimed_rows,
+    lease_values,
+)
 from readyq.sql.ready import (
     by_type_key,
     costed_of_types,
@@ -902,7 +908,7 @@ class Dialect(ABC):
                 .values(**lease_values(t, req, now))
                 .returning(*claim_columns(t)),
             )
-            return [claimed_from_row(row) for row in self.execute(conn, stmt, params).all()]
+            return claimed_rows(self.execute(conn, stmt, params))
         select = self.cached(
             ("claim_ids_read", j.name),
             lambda: sa.select(*claim_columns(t))

@@ -53,7 +53,7 @@ from readyq.sql.claims import (
     LIMIT,
     claim_columns,
     claim_head,
-    claimed_from_row,
+    claimed_rows,
     lease_values,
 )
 from readyq.sql.jobs import release_dependents
@@ -537,9 +537,9 @@ class PostgresDialect(Dialect):
         if len(requests) == 1:
             req = requests[0]
             stmt = self.claim_statement(t, req, now)
-            return [claimed_from_row(row) for row in conn.execute(stmt, req.params()).all()]
+            return claimed_rows(conn.execute(stmt, req.params()))
         result = self._claim_groups_result(conn, t, requests, now, None)
-        return [claimed_from_row(row) for row in result.all()]
+        return claimed_rows(result)
 
     # -- one statement per step of a claim ----------------------------------------------
 
@@ -657,7 +657,7 @@ class PostgresDialect(Dialect):
         until read."""
         result = self._claim_groups_result(conn, t, requests, now, progress)
         return ClaimReceipt(
-            result.rowcount, lambda: [claimed_from_row(row) for row in result.all()]
+            result.rowcount, lambda: claimed_rows(result)
         )
 
     def claim_ids_recording(
@@ -690,7 +690,7 @@ class PostgresDialect(Dialect):
         stmt = self.cached(("claim_ids_recording", j.name, req.shape()), build)
         result = conn.execute(stmt, params)
         return ClaimReceipt(
-            result.rowcount, lambda: [claimed_from_row(row) for row in result.all()]
+            result.rowcount, lambda: claimed_rows(result)
         )
 
     def _claim_groups_result(

@@ -52,7 +52,7 @@ from readyq.sql.claims import (
     LIMIT,
     claim_columns,
     claim_head,
-    claimed_from_row,
+    claimed_rows,
     group_head_params,
     group_heads,
     lease_values,
@@ -462,9 +462,7 @@ class SQLiteDialect(Dialect):
         if len(requests) == 1:
             req = requests[0]
             stmt = self.claim_statement(t, req, now)
-            return [
-                claimed_from_row(row) for row in self.execute(conn, stmt, req.params()).all()
-            ]
+            return claimed_rows(self.execute(conn, stmt, req.params()))
         first = requests[0]
         n = len(requests)
 
@@ -486,7 +484,7 @@ class SQLiteDialect(Dialect):
 
         stmt = self.cached(("claim_groups", t.jobs.name, first.shape(), n), build)
         rows = self.execute(conn, stmt, group_head_params(requests)).all()
-        return [claimed_from_row(row) for row in rows]
+        return claimed_rows(rows)
 
     def done_update(
         self,
@@ -527,5 +525,5 @@ class SQLiteDialect(Dialect):
                 .values(done_values(now, batch.c.result))
             )
 
-        params = {"d_batch": json.dumps([list(r) for r in rows]), "d_owner": owner}
+        params = {"d_batch": json.dumps(rows), "d_owner": owner}  # tuples dump as arrays
         return self.cached(("done", t.jobs.name), build), params

@@ -7,7 +7,7 @@ statement or two) and completes them.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
 import sqlalchemy as sa
@@ -24,6 +24,11 @@ OWNER = sa.bindparam("rq_owner", type_=sa.String)
 GROUP = sa.bindparam("rq_group", type_=sa.String)
 LIMIT = sa.bindparam("rq_limit", type_=sa.Integer)
 LEASE_TTL = sa.bindparam("rq_lease_ttl", type_=sa.Double)
+
+
+def claimed_rows(rows: Iterable[Any]) -> list[ClaimedJob]:
+    """ClaimedJobs from rows of the claim's columns read after its UPDATE (RETURNING)."""
+    return list(map(ClaimedJob._make, rows))
 
 
 def claimed_from_row(
