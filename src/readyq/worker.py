@@ -483,7 +483,7 @@ class Worker:
                     # all, polling does the work.
                     try:
                         self._listener = start_listener(
-                            self.store, self.listen, self._inbox.wake.set
+                            self.store, self.listen, self._inbox.notify
                         )
                         listen_at = None
                     except Exception as exc:
@@ -689,7 +689,7 @@ class Worker:
         lease_from = time.monotonic()
         try:
             applied, claimed = self.store.finish_and_claim(
-                outcomes, self._claim_order(cap, free)
+                outcomes, self._claim_order(cap, free), notified=self._inbox.take_notified()
             )
         except BaseException as exc:
             if not outcomes or not self._recorder.is_refusal(exc):

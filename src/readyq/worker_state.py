@@ -74,10 +74,24 @@ class RunningAttempt:
 
 @dataclass
 class Inbox:
-    """Outcomes handed to the loop, and the event that wakes it."""
+    """Outcomes handed to the loop, the event that wakes it, and whether a database
+    notification (new work) woke it since its last claim."""
 
     outcomes: deque[Outcome] = field(default_factory=deque)
     wake: LoopEvent = field(default_factory=threading.Event)
+    notified: bool = False
+
+    def notify(self) -> None:
+        """Wake the loop for a database notification (called by the listener)."""
+        self.notified = True
+        self.wake.set()
+
+    def take_notified(self) -> bool:
+        """Whether a notification came since the last call (then forgotten)."""
+        if not self.notified:
+            return False
+        self.notified = False
+        return True
 
 
 def claimed_fields(c: ClaimedJob) -> dict[str, object]:

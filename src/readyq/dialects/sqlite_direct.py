@@ -21,6 +21,7 @@ those and the caller runs them through SQLAlchemy.
 from __future__ import annotations
 
 import collections
+import functools
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
@@ -79,7 +80,7 @@ class DirectPlan:
     ) -> None:
         self.sql = sql
         self._binds = binds
-        self._row: Callable[..., Any] | None = None
+        self._row: type[tuple[Any, ...]] | None = None
         self._processors = processors
 
     def args(self, params: Mapping[str, Any] | None) -> tuple[Any, ...]:
@@ -116,7 +117,9 @@ class DirectPlan:
                                    f"were compiled: {self.sql}")
         procs = self._processors
         if procs is None:
-            return [make(*r) for r in raw]
+            # tuple.__new__ fills the row class from each driver row with no Python frame
+            # per row; the driver's rows have exactly the described columns.
+            return list(map(functools.partial(tuple.__new__, make), raw))
         return [
             make(*(v if p is None or v is None else p(v) for p, v in zip(procs, r, strict=True)))
             for r in raw

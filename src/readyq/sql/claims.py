@@ -7,6 +7,7 @@ statement or two) and completes them.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -26,9 +27,15 @@ LIMIT = sa.bindparam("rq_limit", type_=sa.Integer)
 LEASE_TTL = sa.bindparam("rq_lease_ttl", type_=sa.Double)
 
 
+_NEW_CLAIMED = functools.partial(tuple.__new__, ClaimedJob)
+
+
 def claimed_rows(rows: Iterable[Any]) -> list[ClaimedJob]:
-    """ClaimedJobs from rows of the claim's columns read after its UPDATE (RETURNING)."""
-    return list(map(ClaimedJob._make, rows))
+    """ClaimedJobs from rows of the claim's columns read after its UPDATE (RETURNING).
+
+    ``tuple.__new__`` makes each with no Python frame per row; the claim's columns are
+    ClaimedJob's fields, in order."""
+    return list(map(_NEW_CLAIMED, rows))
 
 
 def claimed_from_row(

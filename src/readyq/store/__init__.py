@@ -367,9 +367,12 @@ class Store:
         return resource_claim.claim_weighed(self.context, conn, order, self._capacities)
 
     def finish_and_claim(
-        self, done: Sequence[Outcome], order: ClaimOrder
+        self, done: Sequence[Outcome], order: ClaimOrder, *, notified: bool = False
     ) -> tuple[Applied, list[ClaimedJob]]:
         """Record outcomes, claim new jobs and start them: one transaction, one commit.
+
+        ``notified``: a database notification of new work woke the worker since its
+        last claim.
 
         The outcomes are ``order.owner``'s; the slots they free count as free for the
         claim. With ``order.start``, the claim's own UPDATE also starts the jobs:
@@ -399,12 +402,16 @@ class Store:
 
         if not done and order.empty:
             return {}, []
-        if not done and not self.runnable_exists(
-            order.types, costed=order.resources is not None
+        if (
+            not done
+            and not (notified and claim_unit.counts_before_gate(self.context, order))
+            and not self.runnable_exists(order.types, costed=order.resources is not None)
         ):
             # An idle tick (a poll, or a notification that woke every listening worker)
             # reads the ready index without a lock: only a worker that sees a runnable
-            # job opens a claim transaction and waits for the gate.
+            # job opens a claim transaction and waits for the gate. After a notification
+            # a claim that reads its counts before the gate is that read itself, one
+            # round trip sooner.
             return {}, []
         # The claimed rows are read once committed: the gate row is released sooner.
         applied, receipt = self.write(unit, what="cycle", lost_commit=lost)

@@ -79,6 +79,18 @@ def progress_rows(progress: FairShareProgress) -> list[tuple[str, float, int]]:
     return [(key, v, progress.served_seq[key]) for key, v in progress.vfinish.items()]
 
 
+def counts_before_gate(ctx: StoreContext, order: ClaimOrder) -> bool:
+    """Whether the claim of ``order`` reads the runnable counts before it locks the gate
+    row, and ends there when nothing is runnable: on a database whose claims lock rows
+    (not the whole database), without rate limits, which narrow the types under the
+    lock, and without resources, which :mod:`readyq.store.resource_claim` claims."""
+    return (
+        not order.rate_limits
+        and order.resources is None
+        and ctx.dialect.capabilities.skip_locked
+    )
+
+
 def claim_jobs(ctx: StoreContext, conn: Connection, order: ClaimOrder) -> ClaimReceipt:
     """Claim up to ``order.limit`` jobs under the global cap ``order.cap``, in the open
     transaction (the order's resources are left to :mod:`readyq.store.resource_claim`).
@@ -96,7 +108,7 @@ def claim_jobs(ctx: StoreContext, conn: Connection, order: ClaimOrder) -> ClaimR
     # other claim waits while the lock is held. (Rate limits may narrow the types after
     # the in-flight count: those claims read step by step.)
     early: dict[str, tuple[int, int]] | None = None
-    if not rate_limits and d.capabilities.skip_locked:
+    if counts_before_gate(ctx, order):
         early, _ = d.runnable_counts(conn, t, now, types, cap)
         if not early:
             return NOTHING
