@@ -9,6 +9,7 @@ allow (one transaction). Handlers run in their own threads and never hold a conn
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
 import os
 import secrets
@@ -124,7 +125,7 @@ class HandlerPool:
         if not args:
             return
         with self._lock:
-            self._tasks.extend((fn, arg) for arg in args)
+            self._tasks.extend(zip(itertools.repeat(fn), args))
             if self._seeking == 0:
                 self._wake_one()
 
@@ -678,12 +679,12 @@ class Worker:
             outcomes.append(self._inbox.outcomes.popleft())
         cap = 0 if self._stop.is_set() else current_cap(self.options.concurrency)
         local = self._local_cap(cap)
-        finishing = sum(
-            1
-            for o in outcomes
-            if (e := self._running.get(o.job.id)) is not None
-            and e.claimed.lease_token == o.job.lease_token
-        )
+        finishing = 0
+        running = self._running
+        for o in outcomes:
+            e = running.get(o.job.id)
+            if e is not None and e.claimed.lease_token == o.job.lease_token:
+                finishing += 1
         free = max(0, local - (len(self._running) - finishing))
         began = time.perf_counter()
         lease_from = time.monotonic()

@@ -54,8 +54,14 @@ def propagate(
     while work:
         wave, work = work, []
         done = JobState.DONE.value
-        done_ids = sorted(i for i, state, _ in wave if state == done)
-        bad = {i: state for i, state, _ in wave if state != done}
+        done_ids: list[int] = []
+        bad: dict[int, str] = {}
+        for i, state, _ in wave:
+            if state == done:
+                done_ids.append(i)
+            else:
+                bad[i] = state
+        done_ids.sort()
         if done_ids:
             if done_edges is not None:
                 edges, done_edges = done_edges, None

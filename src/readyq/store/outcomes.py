@@ -153,14 +153,18 @@ def record_outcomes(
     """
     applied: Applied = {}
     ended: list[tuple[int, str, int | None]] = []
-    done = sorted((o for o in outcomes if o.kind == _DONE), key=_BY_JOB_ID)
+    done: list[Outcome] = []
+    others: list[Outcome] = []
+    for o in outcomes:
+        (done if o.kind == _DONE else others).append(o)
+    done.sort(key=_BY_JOB_ID)
     edges = None
     if done:
         edges = _record_done(ctx, conn, owner, done, applied, ended)
         # Only outcomes that carry spawns pay for this scan's branch.
         if any(o.spawns for o in done) and _insert_spawns(ctx, conn, owner, done, ended):
             edges = None
-    for o in sorted((o for o in outcomes if o.kind != _DONE), key=_BY_JOB_ID):
+    for o in sorted(others, key=_BY_JOB_ID):
         _record_one(ctx, conn, owner, o, applied, ended)
     propagate(ctx, conn, ended, done_edges=edges)
     return applied
