@@ -75,7 +75,7 @@ import peers
 
 import readyq
 from readyq import JobSpec
-from readyq.claim_order import ClaimOrder
+from readyq.claim_order import ClaimOrder, StartPolicy
 from readyq.resources import decode as decode_uses
 
 DEFAULT_PG = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
@@ -392,7 +392,7 @@ def operation_times(
         claimed = timed("claim", lambda: store.claim_jobs(ClaimOrder(
             owner="bench", cap=10, limit=10, lease_ttl=60.0, types=["noop"],
         )))
-        starts = [(c, None, True) for c in claimed]
+        starts = [(c, StartPolicy(None)) for c in claimed]
         timed("start", lambda s=starts: store.start_jobs("bench", s))
         leases = [readyq.store.Lease(c.id, c.lease_token) for c in claimed]
         timed("heartbeat", lambda ls=leases: store.heartbeat("bench", ls, 60.0))
@@ -403,7 +403,7 @@ def operation_times(
         claimed = timed("2-type claim", lambda: store.claim_jobs(ClaimOrder(
             owner="bench", cap=10, limit=10, lease_ttl=60.0, types=["noop", "other"],
         )))
-        store.start_jobs("bench", [(c, None, True) for c in claimed])
+        store.start_jobs("bench", [(c, StartPolicy(None)) for c in claimed])
         release = readyq.store.OutcomeKind.RELEASE
         store.record_outcomes("bench", [readyq.store.Outcome(job=c, kind=release) for c in claimed])
         page = timed("failed page", lambda: queue.jobs(state="failed", limit=50))

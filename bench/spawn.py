@@ -25,7 +25,7 @@ import sqlalchemy as sa
 
 import readyq
 from readyq import JobSpec
-from readyq.claim_order import ClaimOrder
+from readyq.claim_order import ClaimOrder, StartPolicy
 from readyq.store import Outcome, OutcomeKind
 
 PG = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
@@ -60,7 +60,7 @@ def timed_spawn(queue: readyq.Queue, n: int) -> float:
         (c,) = store.claim_jobs(ClaimOrder(
             owner="bench", cap=1, limit=1, lease_ttl=600.0, types=["split"],
         ))
-        store.start_jobs("bench", [(c, None, True)])
+        store.start_jobs("bench", [(c, StartPolicy(None))])
         batch = specs(n)
         start = time.perf_counter()
         staged = (queue.spawn_of(batch, join=True),) if spawning else ()

@@ -13,7 +13,7 @@ import sqlalchemy as sa
 
 import readyq
 from async_support import Runner, async_engine
-from readyq.claim_order import ClaimOrder
+from readyq.claim_order import ClaimOrder, StartPolicy
 from readyq.store import Outcome, OutcomeKind
 
 
@@ -69,7 +69,7 @@ def test_async_idle_reads_answer_without_a_transaction_of_their_own(
             (job,) = store.claim_jobs(ClaimOrder(
                 owner="w", cap=1, limit=1, lease_ttl=30, types=["t"],
             ))
-            store.start_jobs("w", [(job, None, True)])
+            store.start_jobs("w", [(job, StartPolicy(None))])
             store.record_outcomes("w", [Outcome(job=job, kind=OutcomeKind.RELEASE)])
 
         _, writes = watched(claim_and_finish)

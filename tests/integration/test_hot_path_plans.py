@@ -27,7 +27,7 @@ import pytest
 import sqlalchemy as sa
 
 import readyq
-from readyq.claim_order import ClaimOrder
+from readyq.claim_order import ClaimOrder, StartPolicy
 from readyq.resources import ResourceView
 from readyq.schema import costed_index_name
 from readyq.store import Lease, Outcome, OutcomeKind
@@ -126,7 +126,7 @@ def test_a_worker_tick_reads_jobs_through_indexes(
             owner="probe", cap=100, limit=4, lease_ttl=30, types=["t"],
         ))
         assert claimed
-        assert store.start_jobs("probe", [(c, None, True) for c in claimed])
+        assert store.start_jobs("probe", [(c, StartPolicy(None)) for c in claimed])
         store.heartbeat("probe", [Lease(c.id, c.lease_token) for c in claimed], 30)
         store.record_outcomes("probe", [Outcome(job=c, kind=OutcomeKind.RELEASE) for c in claimed])
         # What a worker run with until_idle asks when a tick finds nothing to do, here
@@ -233,7 +233,7 @@ def finish_reads(queue: readyq.Queue, dialect: str) -> int:
         owner="w", cap=1000, limit=100, lease_ttl=30, types=["t"],
     ))
     assert len(claimed) == 100
-    assert store.start_jobs("w", [(c, None, True) for c in claimed])
+    assert store.start_jobs("w", [(c, StartPolicy(None)) for c in claimed])
     captured: list[tuple[str, Any]] = []
 
     def record(conn: Any, cursor: Any, statement: str, params: Any, context: Any,

@@ -11,7 +11,7 @@ from typing import Any
 import sqlalchemy as sa
 
 import readyq
-from readyq.claim_order import ClaimOrder
+from readyq.claim_order import ClaimOrder, StartPolicy
 from readyq.store import Outcome, OutcomeKind
 
 
@@ -57,7 +57,7 @@ def test_an_idle_ticks_reads_answer_without_a_transaction_of_their_own(
     # in one transaction each.
     def claim_and_finish() -> None:
         (job,) = store.claim_jobs(ClaimOrder(owner="w", cap=1, limit=1, lease_ttl=30, types=["t"]))
-        store.start_jobs("w", [(job, None, True)])
+        store.start_jobs("w", [(job, StartPolicy(None))])
         store.record_outcomes("w", [Outcome(job=job, kind=OutcomeKind.RELEASE)])
 
     writes = in_transaction(queue, claim_and_finish)

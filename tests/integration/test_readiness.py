@@ -16,7 +16,7 @@ import pytest
 
 import readyq
 from readyq import JobState
-from readyq.claim_order import ClaimOrder
+from readyq.claim_order import ClaimOrder, StartPolicy
 from readyq.store import Outcome, OutcomeKind
 
 WORKER_OPTIONS: dict[str, Any] = {
@@ -353,7 +353,7 @@ def test_has_unfinished_sees_every_unfinished_state_of_the_given_types(
     assert store.has_unfinished(["a"])  # ready
     (claimed,) = store.claim_jobs(ClaimOrder(owner="w", cap=1, limit=1, lease_ttl=30, types=["a"]))
     assert store.has_unfinished(["a"])  # leased
-    assert store.start_jobs("w", [(claimed, None, True)]) == {upstream}
+    assert store.start_jobs("w", [(claimed, StartPolicy(None))]) == {upstream}
     assert store.has_unfinished(["a"])  # running
     done = store.record_outcomes("w", [Outcome(job=claimed, kind=OutcomeKind.DONE)])
     assert done == {(upstream, claimed.lease_token): True}

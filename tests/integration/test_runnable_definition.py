@@ -16,7 +16,7 @@ import pytest
 import sqlalchemy as sa
 
 import readyq
-from readyq.claim_order import ClaimOrder
+from readyq.claim_order import ClaimOrder, StartPolicy
 from readyq.model import ClaimedJob
 from readyq.sql.ready import runnable, runnable_by_definition
 from readyq.store import Outcome
@@ -114,7 +114,7 @@ def test_runnable_matches_the_definition_at_every_step(queue: readyq.Queue, seed
 
         if rng.random() < 0.1:
             abandoned.append(claimed.pop())  # stays leased until its lease expires
-        started = store.start_jobs(OWNER, [(c, None, True) for c in claimed])
+        started = store.start_jobs(OWNER, [(c, StartPolicy(None)) for c in claimed])
         assert started == {c.id for c in claimed}
         check(f"step {step}: after starting")
 

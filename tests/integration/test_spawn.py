@@ -11,7 +11,7 @@ import sqlalchemy as sa
 import readyq
 from async_support import async_engine
 from readyq import JobSpec, JobState
-from readyq.claim_order import ClaimOrder
+from readyq.claim_order import ClaimOrder, StartPolicy
 from readyq.store import Outcome, OutcomeKind, Recorded
 from readyq_test_support import run_until_idle
 
@@ -227,7 +227,7 @@ def test_a_fenced_out_done_spawns_nothing(queue: readyq.Queue) -> None:
     (stale,) = store.claim_jobs(ClaimOrder(
         owner="w1", cap=5, limit=5, lease_ttl=5.0, types=["split"],
     ))
-    store.start_jobs("w1", [(stale, None, True)])
+    store.start_jobs("w1", [(stale, StartPolicy(None))])
     spawn = queue.spawn_of([JobSpec("part", {})])
     store.clock_offset = 60.0
     store.reclaim_expired()
@@ -241,7 +241,7 @@ def test_a_fenced_out_done_spawns_nothing(queue: readyq.Queue) -> None:
     )
     assert applied[stale.id, stale.lease_token] is Recorded.FENCED
     assert _count(queue) == 1
-    store.start_jobs("w2", [(fresh, None, True)])
+    store.start_jobs("w2", [(fresh, StartPolicy(None))])
     applied = store.record_outcomes(
         "w2", [Outcome(fresh, OutcomeKind.DONE, "null", spawns=(spawn,))]
     )
@@ -257,7 +257,7 @@ def test_a_spawn_refused_at_the_end_fails_the_spawner_and_writes_nothing(
     after = queue.enqueue("report", {}, depends_on=[spawner])
     store = queue.store
     (c,) = store.claim_jobs(ClaimOrder(owner="w", cap=5, limit=5, lease_ttl=30.0, types=["split"]))
-    store.start_jobs("w", [(c, None, True)])
+    store.start_jobs("w", [(c, StartPolicy(None))])
     spawn = queue.spawn_of([JobSpec("part", {})], parent=box)
     queue.close_container(box)  # ended since the handler staged its spawn
     store.record_outcomes("w", [Outcome(c, OutcomeKind.DONE, "null", spawns=(spawn,))])

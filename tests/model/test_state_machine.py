@@ -656,7 +656,7 @@ class QueueModel(RuleBasedStateMachine):
         timeout, retry = START[m.type].timeout, START[m.type].retry_on_timeout
         seconds = m.timeout if m.timeout is not None else timeout
         moved = self.step("mark_running", lambda: self.store.start_jobs(
-            owner, [(c, seconds, retry)]))
+            owner, [(c, StartPolicy(seconds, retry))]))
         ok = m.owner == owner and m.token == c.lease_token
         assert moved == ({c.id} if ok else set())
         if ok:

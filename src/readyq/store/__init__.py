@@ -28,7 +28,7 @@ from typing import TypeVar
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
 
-from readyq.claim_order import ClaimOrder
+from readyq.claim_order import ClaimOrder, StartPolicy
 from readyq.dialects import (
     ClaimReceipt,
     Dialect,
@@ -495,12 +495,10 @@ class Store:
         )
 
     def start_jobs(
-        self, owner: str, starts: Sequence[tuple[ClaimedJob, float | None, bool]]
+        self, owner: str, starts: Sequence[tuple[ClaimedJob, StartPolicy]]
     ) -> set[int]:
-        """Move leased jobs to running, setting each job's deadline; returns the ids moved.
-
-        ``starts`` holds (job, timeout seconds or None, retry_on_timeout).
-        """
+        """Move leased jobs to running, each with the deadline and timeout rule of its
+        :class:`readyq.claim_order.StartPolicy`; returns the ids moved."""
         if not starts:
             return set()
         return self.write(

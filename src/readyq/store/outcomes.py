@@ -16,6 +16,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
+from readyq.claim_order import StartPolicy
 from readyq.dialects.records import Dependents
 from readyq.errors import InvalidJob
 from readyq.model import IN_FLIGHT_STATES, ClaimedJob
@@ -84,24 +85,24 @@ def start_jobs(
     ctx: StoreContext,
     conn: Connection,
     owner: str,
-    starts: Sequence[tuple[ClaimedJob, float | None, bool]],
+    starts: Sequence[tuple[ClaimedJob, StartPolicy]],
 ) -> set[int]:
-    """Move leased jobs to running, setting each job's deadline; return the ids moved.
-
-    ``starts`` holds (job, timeout seconds or None, retry_on_timeout).
-    """
+    """Move leased jobs to running, each with the deadline and timeout rule of its
+    :class:`StartPolicy` (its ``max_attempts`` was the claim's to apply); return the ids
+    moved."""
     by_policy: dict[tuple[float | None, bool], list[tuple[int, int]]] = {}
-    for job, timeout, retry in starts:
-        by_policy.setdefault((timeout, retry), []).append((job.id, job.lease_token))
+    for job, policy in starts:
+        key = (policy.timeout, policy.retry_on_timeout)
+        by_policy.setdefault(key, []).append((job.id, job.lease_token))
     moved = 0
     for (timeout, retry), leases in by_policy.items():
         moved += ctx.dialect.start_leased(
             conn, ctx.tables, owner, leases, ctx.now, timeout=timeout, retry_on_timeout=retry
         )
-    ids = [job.id for job, _, _ in starts]
+    ids = [job.id for job, _ in starts]
     if moved == len(ids):
         return set(ids)
-    tokens = {job.id: job.lease_token for job, _, _ in starts}
+    tokens = {job.id: job.lease_token for job, _ in starts}
     return {
         int(r.id)
         for r in ctx.dialect.lease_rows(conn, ctx.tables, ids)
