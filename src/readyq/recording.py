@@ -194,9 +194,12 @@ class Recorder:
         log_warning = log.isEnabledFor(logging.WARNING)
         observing = bool(self.observers)
         stats = self.stats
+        # Read once: on Python 3.11 an enum member read from its class goes through
+        # EnumType.__getattr__'s slow attribute path.
+        fenced_out, swept = Recorded.FENCED, Recorded.SWEPT
         for o, entry in zip(outcomes, mine, strict=True):
-            recorded = applied.get((o.job.id, o.job.lease_token), Recorded.FENCED)
-            if recorded is Recorded.SWEPT:
+            recorded = applied.get((o.job.id, o.job.lease_token), fenced_out)
+            if recorded is swept:
                 continue  # the sweep that recorded this timeout first told of it
             if not recorded:
                 stats.fenced_out += 1
