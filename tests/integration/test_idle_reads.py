@@ -15,17 +15,17 @@ from readyq.claim_order import ClaimOrder, StartPolicy
 from readyq.store import Outcome, OutcomeKind
 
 
-def in_transaction(queue: readyq.Queue, run: Any) -> list[bool]:
-    """Whether each statement ``run`` sends is inside a transaction, as the driver
-    tells once the statement is done (PostgreSQL; None elsewhere)."""
-    seen: list[bool] = []
+def observed(queue: readyq.Queue, run: Any) -> list[tuple[str, bool | None]]:
+    """Each statement ``run`` sends (whitespace folded), and whether it ran inside a
+    transaction, as the driver tells once it is done (PostgreSQL; None elsewhere)."""
+    seen: list[tuple[str, bool | None]] = []
 
     def record(conn: Any, cursor: Any, statement: str, params: Any, context: Any,
                executemany: bool) -> None:
         info = getattr(conn.connection.driver_connection, "info", None)
         status = getattr(info, "transaction_status", None)
-        if status is not None:
-            seen.append(status.name != "IDLE")
+        seen.append((" ".join(statement.split()),
+                     None if status is None else status.name != "IDLE"))
 
     sa.event.listen(queue.engine, "after_cursor_execute", record)
     try:
@@ -33,6 +33,11 @@ def in_transaction(queue: readyq.Queue, run: Any) -> list[bool]:
     finally:
         sa.event.remove(queue.engine, "after_cursor_execute", record)
     return seen
+
+
+def in_transaction(queue: readyq.Queue, run: Any) -> list[bool]:
+    """Whether each statement ``run`` sends is inside a transaction (PostgreSQL only)."""
+    return [inside for _, inside in observed(queue, run) if inside is not None]
 
 
 def test_an_idle_ticks_reads_answer_without_a_transaction_of_their_own(
@@ -69,18 +74,7 @@ def test_an_idle_ticks_reads_answer_without_a_transaction_of_their_own(
 
 def statements_of(queue: readyq.Queue, run: Any) -> list[str]:
     """The SQL of each statement ``run`` sends, whitespace folded."""
-    seen: list[str] = []
-
-    def record(conn: Any, cursor: Any, statement: str, params: Any, context: Any,
-               executemany: bool) -> None:
-        seen.append(" ".join(statement.split()))
-
-    sa.event.listen(queue.engine, "before_cursor_execute", record)
-    try:
-        run()
-    finally:
-        sa.event.remove(queue.engine, "before_cursor_execute", record)
-    return seen
+    return [statement for statement, _ in observed(queue, run)]
 
 
 def test_a_notified_tick_skips_the_probe_only_where_its_claim_reads_counts_before_the_gate(
