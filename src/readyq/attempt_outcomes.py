@@ -53,10 +53,8 @@ def done_outcome(
     ``result_model``); the caller fails the attempt with it.
     """
     model = None if spec is None else spec.result_model
-    if value is None and model is None and max_bytes >= 4:  # what most handlers return
-        return Outcome(job=c, kind=DONE, result_json="null", duration=duration,
-                       spawns=spawns)
-    value = dump_result(model, c.type, value)
+    if value is not None or model is not None:  # None, what most return, is JSON-ready
+        value = dump_result(model, c.type, value)
     try:
         result_json = encode(value, max_bytes=max_bytes, what="result")
     except InvalidJob as exc:

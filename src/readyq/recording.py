@@ -92,16 +92,28 @@ class Recorder:
             raise exc
         return outcome
 
-    def too_late(self, entry: RunningAttempt) -> bool:
-        """True (and the job handed back) when the lease may have expired before the
-        handler could start.
+    def cannot_start(self, entry: RunningAttempt) -> bool:
+        """True (and the attempt ended here) when its handler must not start.
 
-        This process was then held up (paused, starved) between the claim and now, long
-        enough that the job may be claimed elsewhere: a handler must not start. The
-        hand-back is fenced, and uncharged while the lease is still ours.
+        * The lease may have expired before the handler could start: this process was
+          held up (paused, starved) between the claim and now, long enough that the job
+          may be claimed elsewhere. The job is handed back, fenced, and uncharged while
+          the lease is still ours.
+        * The job cannot run as stored: its args are not JSON. Running it again cannot
+          help, so the job fails at once.
+
+        Both are rare; the thread and the asyncio worker ask here before every start.
         """
-        if not entry.lost.is_set():
-            return False
+        if entry.lost.is_set():
+            self._hand_back_unstarted(entry)
+            return True
+        if entry.unreadable is not None:
+            self.report(unreadable_outcome(entry.claimed, entry.job, entry.spec,
+                                           entry.unreadable))
+            return True
+        return False
+
+    def _hand_back_unstarted(self, entry: RunningAttempt) -> None:
         c = entry.claimed
         # No handler runs, so nothing is at risk: the heartbeats keep the lease (if the
         # database still has it) until the hand-back is recorded, so that no sweep
@@ -113,16 +125,6 @@ class Recorder:
                     extra={**claimed_fields(c), "event": "start_skipped",
                            "worker_id": self.worker_id})
         self.report(Outcome(job=c, kind=OutcomeKind.RELEASE))
-        return True
-
-    def unrunnable(self, entry: RunningAttempt) -> bool:
-        """True (and the attempt failed) when the job cannot run as stored: its args are
-        not JSON. Running it again cannot help, so the job fails at once."""
-        if entry.unreadable is None:
-            return False
-        self.report(unreadable_outcome(entry.claimed, entry.job, entry.spec,
-                                       entry.unreadable))
-        return True
 
     def is_refusal(self, exc: BaseException) -> bool:
         """Whether the database refused a value a statement carried (see

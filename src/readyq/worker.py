@@ -771,10 +771,7 @@ class Worker:
     def _execute(self, entry: RunningAttempt) -> None:
         began = time.monotonic()
         recorder = self._recorder
-        # Each check asked here first: it is false for nearly every attempt.
-        if (entry.lost.is_set() and recorder.too_late(entry)) or (
-            entry.unreadable is not None and recorder.unrunnable(entry)
-        ):
+        if recorder.cannot_start(entry):
             return
         if entry.traced:
             with attempt_span(entry.claimed) as span:
@@ -789,8 +786,7 @@ class Worker:
         if entry.isolated:
             return self._children.run(entry, began)
         try:
-            if spec.args_model is not None:
-                prepare_job(job, spec)
+            prepare_job(job, spec)
             value = asyncio.run(spec.fn(job)) if spec.is_async else spec.fn(job)
             self._settle(job)
             return done_outcome(entry.claimed, value, self.max_payload_bytes, spec,

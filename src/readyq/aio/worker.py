@@ -163,7 +163,7 @@ class AsyncWorker(Worker):
         """The async twin of ``Worker._execute``: same span, validation and outcomes."""
         began = time.monotonic()
         recorder = self._recorder
-        if recorder.too_late(entry) or recorder.unrunnable(entry):
+        if recorder.cannot_start(entry):
             return
         if entry.traced:
             with attempt_span(entry.claimed) as span:

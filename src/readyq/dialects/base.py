@@ -302,7 +302,9 @@ class Dialect(ABC):
         # Built once: constructing the INSERT cost a single enqueue more than running it.
         stmt = self.cached(
             ("insert_rows", t.jobs.name, returning, ride is not None, unset),
-            lambda: job_sql.insert_rows(t, now, returning, ride, unset),
+            lambda: job_sql.insert_rows(
+                t, now, returning, None if ride is None else ride.column, unset
+            ),
         )
         if returning:
             return [int(r[0]) for r in conn.execute(stmt, params)]

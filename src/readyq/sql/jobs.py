@@ -3,15 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import sqlalchemy as sa
 
 from readyq.schema import BULK_COLUMNS, BULK_CONSTANTS, Tables
 from readyq.sql.ready import active_containers
-
-if TYPE_CHECKING:
-    from readyq.dialects.base import ReadyNotifier
 
 
 def release_dependents(
@@ -64,12 +61,13 @@ def insert_rows(
     t: Tables,
     now: sa.ColumnElement[float],
     returning: bool,
-    notifier: ReadyNotifier | None,
+    wake: sa.ColumnElement[Any] | None,
     unset: Sequence[str] = (),
 ) -> sa.Insert:
     """The INSERT of new job rows from parameters named as ``schema.ROW_KEYS``, the
     columns ``unset`` left out (NULL in every row); with ``returning``, it returns their
-    ids in parameter order (and the wake-up of ``notifier``, if any)."""
+    ids in parameter order (and the ``wake`` column, the wake-up that rides on it, if
+    any)."""
     j = t.jobs
     stmt = sa.insert(j).values(
         {
@@ -88,5 +86,5 @@ def insert_rows(
     )
     if not returning:
         return stmt
-    returned = (j.c.id,) if notifier is None else (j.c.id, notifier.column)
+    returned = (j.c.id,) if wake is None else (j.c.id, wake)
     return stmt.returning(*returned, sort_by_parameter_order=True)
