@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import pytest
+import sqlalchemy as sa
 
 import readyq
 
@@ -46,3 +47,23 @@ def skip_on(dialect: str, current: str, reason: str) -> None:
     """Skip a test on one dialect, saying why inline."""
     if dialect == current:
         pytest.skip(f"not on {dialect}: {reason}")
+
+
+def observed(queue: readyq.Queue, run: Any) -> list[tuple[str, bool | None]]:
+    """Each statement ``run`` sends (whitespace folded), and whether it ran inside a
+    transaction, as the driver tells once it is done (PostgreSQL; None elsewhere)."""
+    seen: list[tuple[str, bool | None]] = []
+
+    def record(conn: Any, cursor: Any, statement: str, params: Any, context: Any,
+               executemany: bool) -> None:
+        info = getattr(conn.connection.driver_connection, "info", None)
+        status = getattr(info, "transaction_status", None)
+        seen.append((" ".join(statement.split()),
+                     None if status is None else status.name != "IDLE"))
+
+    sa.event.listen(queue.engine, "after_cursor_execute", record)
+    try:
+        run()
+    finally:
+        sa.event.remove(queue.engine, "after_cursor_execute", record)
+    return seen

@@ -8,31 +8,10 @@ from __future__ import annotations
 
 from typing import Any
 
-import sqlalchemy as sa
-
 import readyq
 from readyq.claim_order import ClaimOrder, StartPolicy
 from readyq.store import Outcome, OutcomeKind
-
-
-def observed(queue: readyq.Queue, run: Any) -> list[tuple[str, bool | None]]:
-    """Each statement ``run`` sends (whitespace folded), and whether it ran inside a
-    transaction, as the driver tells once it is done (PostgreSQL; None elsewhere)."""
-    seen: list[tuple[str, bool | None]] = []
-
-    def record(conn: Any, cursor: Any, statement: str, params: Any, context: Any,
-               executemany: bool) -> None:
-        info = getattr(conn.connection.driver_connection, "info", None)
-        status = getattr(info, "transaction_status", None)
-        seen.append((" ".join(statement.split()),
-                     None if status is None else status.name != "IDLE"))
-
-    sa.event.listen(queue.engine, "after_cursor_execute", record)
-    try:
-        run()
-    finally:
-        sa.event.remove(queue.engine, "after_cursor_execute", record)
-    return seen
+from readyq_test_support import observed
 
 
 def in_transaction(queue: readyq.Queue, run: Any) -> list[bool]:

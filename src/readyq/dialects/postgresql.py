@@ -147,7 +147,7 @@ class PostgresDialect(Dialect):
     name: ClassVar[str] = "postgresql"
     capabilities: ClassVar[Capabilities] = Capabilities(
         skip_locked=True, returning=True, partial_index=True, listen_notify=True,
-        row_locks=True, autocommit_reads=True,
+        row_locks=True, cheap_autocommit=True,
     )
     table_traits: ClassVar[TableTraits] = TableTraits(type_test=array_member)
     driver_hint: ClassVar[str] = (

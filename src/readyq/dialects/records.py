@@ -25,9 +25,10 @@ class Capabilities:
     partial_index: bool
     listen_notify: bool
     row_locks: bool
-    # A read of one statement may run in autocommit without costing a round trip: psycopg
-    # sets autocommit on the client side, while PyMySQL sends a SET for it.
-    autocommit_reads: bool = False
+    # A unit of one statement (a read, or a write that is its own transaction) may run in
+    # autocommit without costing a round trip: psycopg sets autocommit on the client
+    # side, while PyMySQL sends a SET for it.
+    cheap_autocommit: bool = False
 
 
 @dataclass(frozen=True)

@@ -277,11 +277,13 @@ class Store:
         after_commit: Callable[[T], T] | None = None,
         lost_commit: Callable[[T], None] | None = None,
         retries: int | None = None,
+        single: bool = False,
     ) -> T:
         """Run ``unit`` in one write transaction: see :meth:`Transactions.write`."""
         return self.transactions.write(
             unit, connection=connection, idempotent=idempotent, what=what,
             after_commit=after_commit, lost_commit=lost_commit, retries=retries,
+            single=single,
         )
 
     def read(self, unit: Callable[[Connection], T], *, single: bool = False) -> T:
@@ -317,6 +319,7 @@ class Store:
         return self.write(
             lambda conn: enqueue.insert_job(self.context, conn, job),
             connection=connection, idempotent=False, what="enqueue",
+            single=enqueue.inserts_in_one_statement(job),
         )
 
     def enqueue_unique(

@@ -61,6 +61,13 @@ def insert_job(ctx: StoreContext, conn: Connection, job: NewJob) -> int:
     return insert_batch(ctx, conn, [BatchJob(job)])[0]
 
 
+def inserts_in_one_statement(job: NewJob) -> bool:
+    """Whether :func:`insert_job` runs a single statement for ``job``: with no container
+    and no dependency there is nothing to lock, check or link, and the wake-up rides on
+    the INSERT."""
+    return job.parent is None and not job.depends_on and job.unique_key is None
+
+
 def insert_batch(ctx: StoreContext, conn: Connection, batch: Sequence[BatchJob]) -> list[int]:
     """Insert a batch (no unique keys) in the open transaction; the ids by position."""
     # Existing jobs the batch refers to: lock containers first, then dependencies,

@@ -59,6 +59,12 @@ def is_database_error(exc: BaseException) -> bool:
     return isinstance(exc, sa.exc.DBAPIError) or is_raw_driver_error(exc)
 
 
+def is_connection_lost(exc: BaseException) -> bool:
+    """Whether ``exc`` cut the connection off, leaving the fate of the statement it
+    interrupted unknown."""
+    return is_raw_driver_error(exc) or bool(getattr(exc, "connection_invalidated", False))
+
+
 def discard_if_broken(conn: Connection, exc: Exception) -> None:
     """After an error SQLAlchemy did not wrap, the connection's state is unknown:
     invalidate it so that the pool never hands it out again."""
@@ -109,6 +115,7 @@ class Transactions:
         after_commit: Callable[[T], T] | None = None,
         lost_commit: Callable[[T], None] | None = None,
         retries: int | None = None,
+        single: bool = False,
     ) -> T:
         """Run ``unit`` in one write transaction, committed here, retried when safe.
 
@@ -120,7 +127,14 @@ class Transactions:
         the unit's result when its COMMIT failed, before the unit runs again: that
         commit may have landed. ``retries`` caps the tries after the first (default:
         ``tx_retries``), for a unit whose caller has a schedule of its own.
+
+        ``single`` says the unit runs one statement: where the dialect allows
+        (``capabilities.cheap_autocommit``) that statement is then its own transaction,
+        without the BEGIN and COMMIT round trips. Its end is its commit, so losing the
+        connection while it runs counts as a failure during COMMIT.
         """
+        if single and lost_commit is not None:
+            raise TypeError("a single-statement unit has no result to give lost_commit")
         if connection is not None:
             try:
                 out = unit(connection)
@@ -129,7 +143,7 @@ class Transactions:
                 self._translate(exc)
                 raise
         return self._run(
-            unit, write=True, single=False, idempotent=idempotent, what=what,
+            unit, write=True, single=single, idempotent=idempotent, what=what,
             after_commit=after_commit, lost_commit=lost_commit,
             retries=self.tx_retries if retries is None else retries,
         )
@@ -138,7 +152,7 @@ class Transactions:
         """Run a read-only unit, retried like a write.
 
         ``single`` says the unit runs one statement, which needs no transaction around
-        it: where the dialect allows (``capabilities.autocommit_reads``) it then runs in
+        it: where the dialect allows (``capabilities.cheap_autocommit``) it then runs in
         autocommit, without the BEGIN and COMMIT round trips. An idle worker asks two
         such questions at every tick (is a job runnable, is a lease due for reclaim).
         Otherwise the read ends with a COMMIT, not a ROLLBACK: ending a read-only
@@ -163,7 +177,7 @@ class Transactions:
         retries: int,
     ) -> T:
         engine, dialect = self._resolve()
-        autocommit = single and dialect.capabilities.autocommit_reads
+        autocommit = single and dialect.capabilities.cheap_autocommit
         attempt = 0
         while True:
             committing = False
@@ -172,11 +186,18 @@ class Transactions:
                 with engine.connect() as conn:
                     connected = True
                     try:
+                        if autocommit:
+                            conn.execution_options(isolation_level="AUTOCOMMIT")
+                            try:
+                                out = unit(conn)
+                            except Exception as exc:
+                                # Refused, the statement changed nothing; cut off, it
+                                # may have committed.
+                                committing = write and is_connection_lost(exc)
+                                raise
+                            return out if after_commit is None else after_commit(out)
                         if write:
                             dialect.begin_write(conn)
-                        elif autocommit:
-                            conn.execution_options(isolation_level="AUTOCOMMIT")
-                            return unit(conn)
                         out = unit(conn)
                         committing = True
                         conn.commit()
