@@ -44,7 +44,8 @@ def ambiguous_commits(
 ) -> Iterator[list[int]]:
     """The next ``times`` COMMITs of write transactions land (with ``land=False``: are
     rolled back), then report a lost connection. (Read-only transactions end with a
-    COMMIT too; theirs are left alone.)"""
+    COMMIT too; theirs are left alone.) A write of one statement in autocommit has no
+    COMMIT: its statement's end stands for it, and it lands."""
     dialect = queue.engine.dialect
     store = queue.store
     original = dialect.do_commit
@@ -62,6 +63,13 @@ def ambiguous_commits(
             fired.append(1)
             raise lost_reply(queue.engine)
 
+    def statement_ended(conn: sa.Connection, *args: Any) -> None:
+        autocommit = conn.get_execution_options().get("isolation_level") == "AUTOCOMMIT"
+        if autocommit and writing[0] and len(fired) < times:
+            assert land, "a statement in autocommit cannot be rolled back"
+            fired.append(1)
+            raise lost_reply(queue.engine)
+
     def write(*args: Any, **kwargs: Any) -> Any:
         writing[0] += 1
         try:
@@ -71,9 +79,11 @@ def ambiguous_commits(
 
     dialect.do_commit = do_commit  # type: ignore[method-assign]
     store.write = write  # type: ignore[method-assign]
+    sa.event.listen(queue.engine, "after_cursor_execute", statement_ended)
     try:
         yield fired
     finally:
+        sa.event.remove(queue.engine, "after_cursor_execute", statement_ended)
         dialect.do_commit = original  # type: ignore[method-assign]
         store.write = original_write  # type: ignore[method-assign]
 

@@ -2,9 +2,9 @@
 
 An enqueue with no container, no dependency and no unique key is one INSERT (the wake-up
 rides on it). Where autocommit costs no round trip (psycopg), it runs without the BEGIN
-and COMMIT around it. Its end is then its commit, so a connection lost under it leaves
-the job's fate unknown: the enqueue is raised, never sent twice. Everywhere else it runs
-in a transaction, retried after a lost connection as before.
+and COMMIT around it. Its end is then its commit, so a failure under it (here a lost
+connection) leaves the job's fate unknown: the enqueue is raised, never sent twice.
+Everywhere else it runs in a transaction, retried after a lost connection as before.
 """
 
 from __future__ import annotations

@@ -59,12 +59,6 @@ def is_database_error(exc: BaseException) -> bool:
     return isinstance(exc, sa.exc.DBAPIError) or is_raw_driver_error(exc)
 
 
-def is_connection_lost(exc: BaseException) -> bool:
-    """Whether ``exc`` cut the connection off, leaving the fate of the statement it
-    interrupted unknown."""
-    return is_raw_driver_error(exc) or bool(getattr(exc, "connection_invalidated", False))
-
-
 def discard_if_broken(conn: Connection, exc: Exception) -> None:
     """After an error SQLAlchemy did not wrap, the connection's state is unknown:
     invalidate it so that the pool never hands it out again."""
@@ -130,8 +124,8 @@ class Transactions:
 
         ``single`` says the unit runs one statement: where the dialect allows
         (``capabilities.cheap_autocommit``) that statement is then its own transaction,
-        without the BEGIN and COMMIT round trips. Its end is its commit, so losing the
-        connection while it runs counts as a failure during COMMIT.
+        without the BEGIN and COMMIT round trips. Its end is its commit, so any failure
+        of it counts as a failure during COMMIT (raised when not ``idempotent``).
         """
         if single and lost_commit is not None:
             raise TypeError("a single-statement unit has no result to give lost_commit")
@@ -188,13 +182,12 @@ class Transactions:
                     try:
                         if autocommit:
                             conn.execution_options(isolation_level="AUTOCOMMIT")
-                            try:
-                                out = unit(conn)
-                            except Exception as exc:
-                                # Refused, the statement changed nothing; cut off, it
-                                # may have committed.
-                                committing = write and is_connection_lost(exc)
-                                raise
+                            # The statement is its own commit: whatever fails it (a
+                            # lost reply, a server shutting down) may come after it
+                            # landed. A plain INSERT meets no conflict worth retrying.
+                            committing = write
+                            out = unit(conn)
+                            committing = False
                             return out if after_commit is None else after_commit(out)
                         if write:
                             dialect.begin_write(conn)
