@@ -67,3 +67,18 @@ def observed(queue: readyq.Queue, run: Any) -> list[tuple[str, bool | None]]:
     finally:
         sa.event.remove(queue.engine, "after_cursor_execute", record)
     return seen
+
+
+def cut_connection(conn: Any, kind: str) -> None:
+    """Fail the statement about to run on ``conn`` as a lost connection does.
+
+    ``driver``: close the connection under it, so that the driver raises its own error
+    (SQLAlchemy wraps it and sees a disconnect); SQLite has no connection to lose, so
+    its driver's "database is locked" stands in. ``os``: the socket's own error, which
+    nothing wraps.
+    """
+    if kind == "os":
+        raise ConnectionResetError(104, "Connection reset by peer")
+    if conn.dialect.name == "sqlite":
+        raise conn.dialect.loaded_dbapi.OperationalError("database is locked")
+    conn.connection.dbapi_connection.close()

@@ -28,6 +28,7 @@ from async_support import async_engine
 from readyq.dialects import MySQLDialect, PostgresDialect, SQLiteDialect
 from readyq.store.transactions import retry_pause
 from readyq.transient import is_raw_driver_error, is_transient
+from readyq_test_support import cut_connection
 
 OPTIONS: dict[str, Any] = {
     "concurrency": 4, "poll_interval": 0.05, "lease_ttl": 10.0, "heartbeat_interval": 2.0,
@@ -132,21 +133,6 @@ def test_a_worker_started_while_the_database_is_unreachable_waits_and_then_works
     assert "cannot reach the database yet" in caplog.text
     assert "database available again" in caplog.text
     check_done(db, ids)
-
-
-def cut_connection(conn: Any, kind: str) -> None:
-    """Fail the statement about to run on ``conn`` as a lost connection does.
-
-    ``driver``: close the connection under it, so that the driver raises its own error
-    (SQLAlchemy wraps it and sees a disconnect); SQLite has no connection to lose, so
-    its driver's "database is locked" stands in. ``os``: the socket's own error, which
-    nothing wraps.
-    """
-    if kind == "os":
-        raise ConnectionResetError(104, "Connection reset by peer")
-    if conn.dialect.name == "sqlite":
-        raise conn.dialect.loaded_dbapi.OperationalError("database is locked")
-    conn.connection.dbapi_connection.close()
 
 
 @pytest.mark.parametrize("kind", ["driver", "os"])

@@ -17,7 +17,7 @@ from sqlalchemy import event
 
 import readyq
 from readyq.store.transactions import Transactions
-from readyq_test_support import observed
+from readyq_test_support import cut_connection, observed
 
 
 def count_jobs(db: str) -> int:
@@ -67,8 +67,7 @@ def create_schema(db: str) -> None:
 
 
 def cut_before_insert(engine: sa.Engine, times: int) -> dict[str, int]:
-    """Close the connection under the next ``times`` INSERTs (SQLite: a locked database
-    stands in, having no connection to lose)."""
+    """Cut the connection under the next ``times`` INSERTs (see ``cut_connection``)."""
     seen = {"inserts": 0}
 
     @event.listens_for(engine, "before_cursor_execute")
@@ -77,9 +76,7 @@ def cut_before_insert(engine: sa.Engine, times: int) -> dict[str, int]:
             return
         seen["inserts"] += 1
         if seen["inserts"] <= times:
-            if conn.dialect.name == "sqlite":
-                raise conn.dialect.loaded_dbapi.OperationalError("database is locked")
-            conn.connection.dbapi_connection.close()
+            cut_connection(conn, "driver")
 
     return seen
 
