@@ -270,3 +270,31 @@ def test_mysql_in_flight_count_is_held_to_the_in_flight_index() -> None:
     assert "STATE IN ('LEASED', 'RUNNING')" in sql
     pg = PostgresDialect((16,)).in_flight_read(in_flight_by_group(T, *IN_FLIGHT_STATES), T)
     assert "FORCE INDEX" not in compiled(pg, postgresql.dialect())
+
+
+@pytest.mark.parametrize("groups", [1, 2])
+def test_a_group_alone_is_claimed_without_counting_its_jobs(
+    queue: readyq.Queue, dialect_name: str, groups: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Where the counts are read under the gate lock (SQLite), a claim that finds one
+    group alone takes what the cap leaves free without counting that group's jobs; two
+    groups are counted, to share the cap. Where they are read before the lock, once."""
+    dialect = queue.store.dialect
+    counted: list[int] = []
+    real = dialect.runnable_counts
+
+    def runnable_counts(*args: object, **kwargs: object) -> object:
+        counted.append(1)
+        return real(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(dialect, "runnable_counts", runnable_counts)
+    for i in range(6):
+        queue.enqueue("t", {"i": i}, group=f"g{i % groups}")
+    claimed = queue.store.claim_jobs(
+        ClaimOrder(owner="w", cap=4, limit=4, lease_ttl=30.0, types=["t"])
+    )
+    assert len(claimed) == 4
+    shares = ["g0"] * 4 if groups == 1 else ["g0", "g0", "g1", "g1"]
+    assert sorted(c.group for c in claimed) == shares
+    before_gate = dialect.capabilities.skip_locked
+    assert len(counted) == (1 if before_gate or groups == 2 else 0), dialect_name

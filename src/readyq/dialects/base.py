@@ -441,13 +441,16 @@ class Dialect(ABC):
         *,
         with_history: bool = False,
         costed: bool = False,
+        groups: Sequence[str] | None = None,
     ) -> tuple[dict[str, tuple[int, int]], dict[str, tuple[float, int]]]:
         """group -> (runnable jobs of ``types`` counted up to ``cap``, their largest
-        weight), for the groups :meth:`ready_groups` finds; with ``with_history``, also
-        the fair-share history (vfinish, served_seq) of those groups, read in the same
+        weight), for the groups :meth:`ready_groups` finds (or ``groups``, what the
+        caller read from it in this transaction); with ``with_history``, also the
+        fair-share history (vfinish, served_seq) of those groups, read in the same
         statements; with ``costed``, jobs that take resources count too. Counting only up
         to the cap makes the cost follow the number of groups, not the backlog."""
-        groups = self.ready_groups(conn, t, types)
+        if groups is None:
+            groups = self.ready_groups(conn, t, types)
         j, g = t.jobs, t.groups
         shape = None if types is None else tuple(types)
 

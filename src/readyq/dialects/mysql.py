@@ -413,6 +413,7 @@ class MySQLDialect(Dialect):
         *,
         with_history: bool = False,
         costed: bool = False,
+        groups: Sequence[str] | None = None,
     ) -> tuple[dict[str, tuple[int, int]], dict[str, tuple[float, int]]]:
         """Without the history, :meth:`_known_group_counts` when it can answer; else the
         portable statements (whose skip scan, :meth:`ready_groups`, learns the groups)."""
@@ -421,7 +422,7 @@ class MySQLDialect(Dialect):
             if counts is not None:
                 return counts, {}
         return super().runnable_counts(
-            conn, t, now, types, cap, with_history=with_history, costed=costed
+            conn, t, now, types, cap, with_history=with_history, costed=costed, groups=groups
         )
 
     def _known_group_counts(

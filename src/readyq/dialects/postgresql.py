@@ -553,13 +553,14 @@ class PostgresDialect(Dialect):
         *,
         with_history: bool = False,
         costed: bool = False,
+        groups: Sequence[str] | None = None,
     ) -> tuple[dict[str, tuple[int, int]], dict[str, tuple[float, int]]]:
         """One statement: a recursive skip scan walks the ready index from group to
         group, and a LATERAL subquery counts each group's runnable head up to the cap.
         (With the history, the portable statements.)"""
         if with_history:
             return super().runnable_counts(
-                conn, t, now, types, cap, with_history=with_history, costed=costed
+                conn, t, now, types, cap, with_history=with_history, costed=costed, groups=groups
             )
 
         def build() -> sa.Select[Any]:

@@ -135,7 +135,13 @@ def claim_jobs(ctx: StoreContext, conn: Connection, order: ClaimOrder) -> ClaimR
         if not types:
             return NOTHING
     if early is None:
-        ready, history = d.runnable_counts(conn, t, now, types, cap, with_history=True)
+        groups = d.ready_groups(conn, t, types)
+        if not paused and len(groups) == 1 and flight.keys() <= set(groups):
+            # One group alone needs no count to plan its claim: it takes what is free.
+            return claim_alone(ctx, conn, order, groups[0], types, total_in_flight, budget)
+        ready, history = d.runnable_counts(
+            conn, t, now, types, cap, with_history=True, groups=groups
+        )
     group_types = None
     if paused:
         ready, group_types = pause_rows.unpaused_counts(ctx, conn, paused, ready, types, cap)
@@ -191,12 +197,8 @@ def claim_shares(
         return types if group_types is None else group_types.get(key, types)
 
     if len(set(ready) | set(flight)) == 1:
-        # One group alone has nothing to share with: claim for it directly and leave
-        # the fair-share clocks as they are (a group that joins later starts level).
         (key,) = ready
-        limit = min(limit, cap - total_in_flight)
-        request = ClaimRequest(order=order, group=key, limit=limit, types=types_of(key), uses=uses)
-        return _receipt(claim([request]))
+        return claim_alone(ctx, conn, order, key, types_of(key), total_in_flight, budget, uses)
     demands = []
     for key in sorted(set(ready) | set(flight)):
         n_ready, w_ready = ready.get(key, (0, 0))
@@ -265,6 +267,26 @@ def claim_shares(
         conn, t, Progress(progress_rows(progress), known, progress.vclock, progress.seq)
     )
     return _receipt(claimed)
+
+
+def claim_alone(
+    ctx: StoreContext,
+    conn: Connection,
+    order: ClaimOrder,
+    key: str,
+    types: Sequence[str] | None,
+    in_flight: int,
+    budget: Budget | None,
+    uses: Mapping[str, str] | None = None,
+) -> ClaimReceipt:
+    """Claim for group ``key`` when no other group has jobs ready or in flight: one
+    group alone has nothing to share with, so it takes what the cap leaves free, and the
+    fair-share clocks stay as they are (a group that joins later starts level)."""
+    limit = min(order.limit, order.cap - in_flight)
+    request = ClaimRequest(order=order, group=key, limit=limit, types=types, uses=uses)
+    if budget is not None:
+        return _receipt(budget.claim(conn, ctx.tables, request, ctx.now))
+    return _receipt(ctx.dialect.claim_jobs(conn, ctx.tables, [request], ctx.now))
 
 
 # -- rate limits ---------------------------------------------------------------------------
