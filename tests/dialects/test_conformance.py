@@ -27,6 +27,7 @@ from readyq.dialects import (
     Notifies,
     Progress,
     RecordsProgressInClaim,
+    SQLiteDialect,
     dialect_class,
 )
 from readyq.model import IN_FLIGHT_STATES, JobState
@@ -692,3 +693,26 @@ def test_every_seam_operation_has_a_test_here() -> None:
                                                      "permanent_codes", "refusal_codes")
     }
     assert public == COVERED
+
+
+@pytest.mark.parametrize("version", [(3, 35, 0), (3, 37, 2), (3, 38, 0)])
+def test_sqlite_done_update_reads_each_rows_token_and_result_at_its_position(
+    seam: Seam, version: tuple[int, ...]
+) -> None:
+    """SQLite's done update reads the batch's tokens and results by each id's position:
+    with ``->>`` from 3.38, with ``json_extract`` before. Both forms run on the live
+    library, as a dialect built for that version writes them."""
+    if seam.d.database != "sqlite":
+        pytest.skip("the positional JSON arrays are SQLite's")
+    d = SQLiteDialect(version)
+    seam.add(4)
+    a, b, c, e = seam.claim(4)
+    rows = [(e.id, e.lease_token, None), (a.id, a.lease_token, json.dumps({"r": [1, "x"]})),
+            (b.id, b.lease_token + 1, "2"), (c.id, c.lease_token, '"\\u0000 tab\\t"')]
+    stmt, params = d.done_update(seam.t, OWNER, rows, seam.now)
+    assert ("->>" in str(stmt)) == (version >= (3, 38))
+    assert d.execute(seam.conn, stmt, params).rowcount == 3
+    assert json.loads(seam.row(a.id).result) == {"r": [1, "x"]}
+    assert json.loads(seam.row(c.id).result) == "\x00 tab\t"
+    assert seam.row(e.id).state == "done" and seam.row(e.id).result is None
+    assert seam.row(b.id).state == "running"  # its token did not match: fenced out
