@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib.util
 import re
 import textwrap
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -512,6 +513,42 @@ def test_sqlite_rebuild_that_finds_broken_references_changes_nothing(tmp_path: P
     assert _rows(url) == before
     assert admin.current_revision(url) == "readyq_0006"
     assert "AUTOINCREMENT" not in reflect(url)["native"]["readyq_jobs"]
+
+
+def test_0018_keeps_only_delayed_jobs_in_the_run_after_index_and_goes_back(db: str) -> None:
+    def run_after_index() -> str:
+        engine = sa.create_engine(db, poolclass=sa.NullPool)
+        try:
+            with engine.connect() as conn:
+                native = native_definitions(conn, ["readyq_jobs"])
+        finally:
+            engine.dispose()
+        name = "readyq_jobs_state_run_after_ix"
+        if name in native:
+            return native[name]
+        # MySQL and MariaDB: one table text, the index among its KEY lines.
+        (line,) = [x for x in native["readyq_jobs"].splitlines() if name in x]
+        return line
+
+    assert admin.migrate(db, revision="readyq_0017") == "readyq_0017"
+    before = run_after_index()
+    with readyq.Queue(db) as queue:
+        later = queue.enqueue("x", {}, run_after=timedelta(hours=1))
+        now = queue.enqueue("x", {})
+    assert admin.migrate(db) == HEAD_REVISION
+    after = run_after_index()
+    partial = sa.make_url(db).get_backend_name() in ("postgresql", "sqlite")
+    assert ("IS NOT NULL" in after.upper()) == partial
+    assert ("IS NOT NULL" in before.upper()) is False
+    with readyq.Queue(db) as queue:
+        (claimed,) = queue.store.claim_jobs(
+            ClaimOrder(owner="t", cap=5, limit=5, lease_ttl=30.0, types=["x"])
+        )
+        assert claimed.id == now
+        assert queue.counts() == {"ready": 1, "leased": 1}
+        assert queue.get(later).state == "ready"
+    assert admin.downgrade(db, revision="readyq_0017") == "readyq_0017"
+    assert run_after_index() == before
 
 
 def test_0016_adds_the_job_memory_to_a_database_of_0015_and_goes_back(db: str) -> None:

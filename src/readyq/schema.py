@@ -375,12 +375,16 @@ def build_tables(prefix: str = DEFAULT_PREFIX, traits: TableTraits = TableTraits
     # MySQL and MariaDB have no partial indexes: there ``state`` leads.
     ready = jobs.c.state == "ready"
     lead = [jobs.c.state] if generated else []
+    # Delayed jobs only, where the database has partial indexes: a job that runs at once
+    # is never looked up by its run_after, and would cost every enqueue and every claim
+    # an entry (migration readyq_0018).
+    delayed = sa.and_(ready, jobs.c.run_after.is_not(None))
     sa.Index(
         f"{prefix}jobs_state_run_after_ix",
         *lead,
         jobs.c.run_after,
-        postgresql_where=ready,
-        sqlite_where=ready,
+        postgresql_where=delayed,
+        sqlite_where=delayed,
     )
     sa.Index(
         f"{prefix}jobs_ready_group_ix",

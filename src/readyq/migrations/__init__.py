@@ -33,7 +33,7 @@ PREFIX_ATTRIBUTE = "readyq_prefix"
 #: The branch label of readyq's revisions (``alembic upgrade readyq@head``).
 BRANCH_LABEL = "readyq"
 #: The newest revision shipped with this version of readyq.
-HEAD_REVISION = "readyq_0017"
+HEAD_REVISION = "readyq_0018"
 
 _HERE = Path(__file__).resolve().parent
 
