@@ -42,6 +42,7 @@ class WorkerOptionsDict(TypedDict, total=False):
     kill_grace: float | timedelta
     max_jobs_per_child: int | None
     max_memory_per_child: int | None
+    fire_schedules: bool
 
 
 def _positive_seconds(value: float | timedelta, what: str) -> float:
@@ -91,6 +92,8 @@ class WorkerOptions:
         max_jobs_per_child: jobs a child runs before it is replaced (default: no limit).
         max_memory_per_child: bytes of resident memory a child may use; past them it is
             killed and its attempt fails, saying so (default: no limit; Linux only).
+        fire_schedules: whether this worker fires the queue's schedules (the default);
+            False leaves them to other workers, such as one process kept for them.
 
     Raises:
         ConfigurationError: for a value out of its range.
@@ -109,6 +112,7 @@ class WorkerOptions:
     kill_grace: float
     max_jobs_per_child: int | None
     max_memory_per_child: int | None
+    fire_schedules: bool
 
     def __init__(
         self,
@@ -125,6 +129,7 @@ class WorkerOptions:
         kill_grace: float | timedelta = DEFAULT_KILL_GRACE,
         max_jobs_per_child: int | None = None,
         max_memory_per_child: int | None = None,
+        fire_schedules: bool = True,
     ) -> None:
         # Each option keeps its name from the API down: the field holds its checked form.
         set_ = object.__setattr__
@@ -143,6 +148,7 @@ class WorkerOptions:
         set_(self, "isolation", isolation)
         set_(self, "max_jobs_per_child", max_jobs_per_child)
         set_(self, "max_memory_per_child", max_memory_per_child)
+        set_(self, "fire_schedules", fire_schedules)
         grace = shutdown_grace
         grace = grace.total_seconds() if isinstance(grace, timedelta) else grace
         if (
@@ -163,8 +169,10 @@ class WorkerOptions:
             isinstance(max_running, bool) or not isinstance(max_running, int) or max_running < 1
         ):
             raise ConfigurationError(f"max_running must be an int >= 1, not {max_running!r}")
-        if not isinstance(self.freeze_gc, bool):
-            raise ConfigurationError(f"freeze_gc must be True or False, not {self.freeze_gc!r}")
+        for name in ("freeze_gc", "fire_schedules"):
+            value = getattr(self, name)
+            if not isinstance(value, bool):
+                raise ConfigurationError(f"{name} must be True or False, not {value!r}")
         if self.heartbeat_interval * 2 > self.lease_ttl:
             raise ConfigurationError(
                 f"heartbeat_interval ({self.heartbeat_interval:g}s) must be at most half of "

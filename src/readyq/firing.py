@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -42,6 +43,9 @@ class ScheduleFirer:
         batch_of: checks what a schedule's ``job`` returns and builds its rows
             (``Queue.batch_of``).
         worker_id: named in the log lines.
+        enqueued: called as ``enqueued(n, type)`` for the jobs of each type a firing
+            enqueued (containers not counted), once it is committed: the observers'
+            ``on_enqueued``, as ``Queue.enqueue_many`` calls it.
     """
 
     def __init__(
@@ -50,11 +54,13 @@ class ScheduleFirer:
         schedules: Mapping[str, Schedule],
         batch_of: BatchBuilder,
         worker_id: str = "",
+        enqueued: Callable[[int, str], None] | None = None,
     ) -> None:
         self.store = store
         self.schedules = dict(schedules)
         self.batch_of = batch_of
         self.worker_id = worker_id
+        self.enqueued = enqueued
         self.recheck = DEFAULT_RECHECK
         # name -> monotonic instant to look at the schedule's row again (0: at once).
         self.due: dict[str, float] = dict.fromkeys(self.schedules, 0.0)
@@ -87,8 +93,12 @@ class ScheduleFirer:
     def _fire(self, schedule: Schedule, now: float) -> int:
         name = schedule.name
 
+        # fire time -> the jobs built for it (built again if the transaction runs again)
+        built: dict[int, list[BatchJob]] = {}
+
         def build(fire_at: int) -> list[BatchJob]:
-            return self.batch_of(schedule.specs(fire_at))[0]
+            built[fire_at] = self.batch_of(schedule.specs(fire_at))[0]
+            return built[fire_at]
 
         try:
             firing = self.store.fire_schedule(
@@ -123,6 +133,13 @@ class ScheduleFirer:
         if firing.next_fire_at is not None and not firing.paused:
             wait = min(wait, max(0.0, firing.next_fire_at - firing.now))
         self.due[name] = now + wait
+        if firing.fired and self.enqueued is not None:
+            per_type = Counter(
+                b.job.type for at in firing.fired for b in built.get(at, ())
+                if not b.job.is_container
+            )
+            for type_, n in per_type.items():
+                self.enqueued(n, type_)
         if firing.fired:
             log.info(
                 "schedule %s fired %d occurrence(s), the last at %s", one_line(name),

@@ -1017,7 +1017,8 @@ class Queue:
         The options are those of :class:`readyq.WorkerOptions`: ``concurrency`` (the
         global cap: an int, a callable re-read every tick, or a list of them combined as
         their minimum), ``lease_ttl``, ``heartbeat_interval``, ``poll_interval``,
-        ``types``, ``worker_id``, ``max_running``, ``shutdown_grace`` and ``freeze_gc``.
+        ``types``, ``worker_id``, ``max_running``, ``shutdown_grace``, ``freeze_gc``,
+        ``fire_schedules`` and the isolation options.
         ``until_idle`` returns once every job of the worker's types has ended.
 
         Returns the worker's :class:`readyq.WorkerStats`.

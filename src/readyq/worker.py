@@ -264,12 +264,15 @@ class Worker:
             for t in self.types
         }
         self.worker_id = options.worker_id or default_worker_id()
-        # Fires the queue's schedules from the loop (None: the queue defines none).
+        # Fires the queue's schedules from the loop (None: the queue defines none, or
+        # this worker leaves them to others).
         self.firer: ScheduleFirer | None = None
-        if schedules:
+        if schedules and options.fire_schedules:
             if batch_of is None:
                 raise ConfigurationError("a worker that fires schedules needs batch_of")
-            self.firer = ScheduleFirer(store, schedules, batch_of, self.worker_id)
+            self.firer = ScheduleFirer(
+                store, schedules, batch_of, self.worker_id, enqueued=self._fired
+            )
         self.stats = WorkerStats()
         self._running: dict[int, RunningAttempt] = {}
         self._inbox = Inbox() if wake_event is None else Inbox(wake=wake_event)
@@ -712,6 +715,11 @@ class Worker:
             heartbeats=beats,
             requested=free,
         )
+
+    def _fired(self, n: int, type_: str) -> None:
+        """Tell the observers of ``n`` jobs of ``type_`` a schedule's firing enqueued."""
+        if self.observers:
+            self.observers.emit("on_enqueued", n, type_)
 
     # -- steps --------------------------------------------------------------------------
 

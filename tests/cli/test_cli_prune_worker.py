@@ -124,6 +124,11 @@ def app_module(db: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iter
 
         unmigrated = readyq.Queue({db!r}, prefix="nothere_")
         unmigrated.handler("square")(square)
+
+        scheduled = readyq.Queue({db!r})
+        scheduled.handler("square")(square)
+        scheduled.schedule("nightly", cron="0 3 * * *",
+                           job=lambda at: readyq.JobSpec("square", {{"n": 1}}))
     """))
     monkeypatch.chdir(tmp_path)
     yield name
@@ -187,6 +192,18 @@ def test_worker_options_reach_the_worker(migrated: Run, mq: readyq.Queue, app_mo
     assert max(r["at_once"] for r in free) > 1 and all(r["frozen"] for r in free)
     bounded = results("--max-running", "1", "--shutdown-grace", "5", "--no-freeze-gc")
     assert all(r["at_once"] == 1 and not r["frozen"] for r in bounded)
+
+
+def test_worker_no_schedules_leaves_the_apps_schedules_alone(
+    migrated: Run, mq: readyq.Queue, app_module: str
+) -> None:
+    cli = migrated
+    quiet = cli("worker", "--app", f"{app_module}:scheduled", "--until-idle", "--no-schedules")
+    assert quiet.code == 0, quiet.err
+    assert mq.schedules() == []  # no worker looked at it: not even its row is stored
+    firing = cli("worker", "--app", f"{app_module}:scheduled", "--until-idle")
+    assert firing.code == 0, firing.err
+    assert [s.name for s in mq.schedules()] == ["nightly"]
 
 
 def test_worker_isolation_options_run_handlers_in_child_processes(

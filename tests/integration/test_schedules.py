@@ -18,6 +18,7 @@ import pytest
 import sqlalchemy as sa
 
 import readyq
+from observability_support import Recorder
 from readyq.firing import ScheduleFirer
 
 BERLIN = ZoneInfo("Europe/Berlin")
@@ -122,6 +123,62 @@ def test_the_worker_remembers_when_to_look_and_claims_what_fired_in_the_same_tic
     tick = worker.run_once()
     assert tick.claimed == 1 and worker.stats.fired == 1
     worker.stop()
+
+
+def test_a_worker_told_not_to_fire_leaves_the_schedules_to_the_others(
+    queue: readyq.Queue,
+) -> None:
+    queue.schedule("tick", every=60, job=spec)
+
+    @queue.handler("report")
+    def report(job: Any) -> None:
+        return None
+
+    quiet = queue.worker(concurrency=1, fire_schedules=False)
+    assert quiet.firer is None
+    quiet.run_once()
+    assert queue.schedules() == [] and quiet.stats.fired == 0  # not even the row
+    firing = queue.worker(concurrency=1)
+    assert firing.firer is not None
+    firing.run_once()
+    (info,) = queue.schedules()
+    set_clock(queue, info.next_fire + timedelta(seconds=1))
+    quiet.run_once()
+    assert queue.counts() == {} and quiet.stats.fired == 0
+    firing.firer.due["tick"] = 0.0  # the clock jumped: look now
+    firing.run_once()
+    assert firing.stats.fired == 1 and sum(queue.counts().values()) == 1
+    with pytest.raises(readyq.ConfigurationError, match="fire_schedules must be True or False"):
+        queue.worker(fire_schedules="no")  # type: ignore[arg-type]
+
+
+def test_the_jobs_a_firing_enqueues_reach_on_enqueued_once_committed(
+    queue: readyq.Queue,
+) -> None:
+    def occurrence(at: datetime) -> list[readyq.JobSpec]:
+        return [
+            readyq.JobSpec("report", {"at": int(at.timestamp())}, key="first"),
+            readyq.JobSpec("report", {"step": 2}, depends_on=["first"]),
+            readyq.JobSpec("audit", {}),
+        ]
+
+    queue.schedule("s", every=600, catch_up="all", job=occurrence)
+    recorder = Recorder()
+    queue.add_observer(recorder)
+
+    @queue.handler("audit")
+    def audit(job: Any) -> None:
+        return None
+
+    f = firer(queue)
+    assert fire(f) == 0 and recorder.named("on_enqueued") == []  # the row only
+    shift_clock(queue, 3 * 600 + 1)
+    assert fire(f) == 3
+    assert sorted(recorder.named("on_enqueued")) == [(3, "audit"), (6, "report")]
+    assert sum(queue.counts().values()) == 9
+    queue.pause_schedule("s")
+    shift_clock(queue, 600)
+    assert fire(f) == 0 and len(recorder.named("on_enqueued")) == 2  # nothing fired
 
 
 @pytest.mark.parametrize(("policy", "expected"), [("latest", 1), ("all", 3), ("none", 0)])

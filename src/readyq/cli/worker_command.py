@@ -107,6 +107,13 @@ def add_worker_flags(
         "(by default they are frozen out of them, which shortens the pauses of a long-lived "
         "worker)",
     )
+    p.add_argument(
+        "--no-schedules",
+        dest="fire_schedules",
+        action="store_false",
+        help="fire none of the app's schedules, leaving them to other workers (by default "
+        "every worker fires them)",
+    )
     _add_isolation_flags(p)
     p.add_argument("--worker-id", default=None, help="worker id (default host:pid:random)")
     p.add_argument("--json", action="store_true", help="print the final stats as JSON")
@@ -175,6 +182,7 @@ def run_worker(queue: Any, args: argparse.Namespace) -> int:
         max_running=args.max_running,
         shutdown_grace=args.shutdown_grace,
         freeze_gc=args.freeze_gc,
+        fire_schedules=args.fire_schedules,
         isolation=args.isolation,
         kill_grace=args.kill_grace,
         max_jobs_per_child=args.max_jobs_per_child,
