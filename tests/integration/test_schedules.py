@@ -38,11 +38,16 @@ def shift_clock(queue: readyq.Queue, seconds: float) -> None:
     queue.store.clock_offset += seconds
 
 
-def firer(queue: readyq.Queue) -> ScheduleFirer:
+def handle_reports(queue: readyq.Queue) -> None:
+    """Register the no-op handler of the ``report`` jobs the schedules enqueue."""
+
     @queue.handler("report")
     def report(job: Any) -> None:
         return None
 
+
+def firer(queue: readyq.Queue) -> ScheduleFirer:
+    handle_reports(queue)
     made = queue.worker().firer
     assert made is not None
     return made
@@ -96,11 +101,7 @@ def test_the_worker_remembers_when_to_look_and_claims_what_fired_in_the_same_tic
     queue: readyq.Queue,
 ) -> None:
     queue.schedule("tick", every=60, job=spec)
-
-    @queue.handler("report")
-    def report(job: Any) -> None:
-        return None
-
+    handle_reports(queue)
     worker = queue.worker(concurrency=1)
     assert worker.firer is not None
     worker.run_once()  # writes the row
@@ -129,11 +130,7 @@ def test_a_worker_told_not_to_fire_leaves_the_schedules_to_the_others(
     queue: readyq.Queue,
 ) -> None:
     queue.schedule("tick", every=60, job=spec)
-
-    @queue.handler("report")
-    def report(job: Any) -> None:
-        return None
-
+    handle_reports(queue)
     quiet = queue.worker(concurrency=1, fire_schedules=False)
     assert quiet.firer is None
     quiet.run_once()
