@@ -194,6 +194,9 @@ def test_insert_edges_and_dependents_of(seam: Seam) -> None:
     assert seam.d.dependents_of(seam.conn, seam.t, [a, b]) == Dependents(
         Counter({c: 1, box: 1, **{x: 2 for x in many}}), frozenset({box}))
     assert seam.d.dependents_of(seam.conn, seam.t, [c]) == Dependents(Counter(), frozenset())
+    # An id given twice counts its edges once.
+    assert seam.d.dependents_of(seam.conn, seam.t, [b, a, b]) == seam.d.dependents_of(
+        seam.conn, seam.t, [a, b])
 
 
 def test_release_dependents_counts_down_and_readies_at_zero(seam: Seam) -> None:

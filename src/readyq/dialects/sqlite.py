@@ -42,6 +42,8 @@ from readyq.dialects.base import (
 from readyq.dialects.records import (
     Capabilities,
     ClaimRequest,
+    Dependents,
+    dependents_from,
 )
 from readyq.dialects.sqlite_direct import DirectPlan, DirectResult, plan
 from readyq.errors import DatabaseFileUnusable, UnsupportedDatabase
@@ -489,6 +491,27 @@ class SQLiteDialect(Dialect):
         stmt = self.cached(("claim_groups", t.jobs.name, first.shape(), n), build)
         rows = self.execute(conn, stmt, group_head_params(requests)).all()
         return claimed_rows(rows)
+
+    def dependents_of(self, conn: Connection, t: Tables, ids: Sequence[int]) -> Dependents:
+        """The dependents of ``ids`` (see :meth:`Dialect.dependents_of`), read as a join
+        that starts from ``json_each(:ids)``: ``IN (SELECT value FROM json_each(...))``
+        made SQLite build and search a temporary index of the ids at every read, about
+        1,200 instructions per finished job more. A join counts an id given twice twice:
+        the ids are made unique first."""
+        d, j = t.deps, t.jobs
+
+        def build() -> sa.Select[Any]:
+            each = (
+                sa.func.json_each(sa.bindparam("ids", type_=_IdList))
+                .table_valued("value")
+                .alias("finished")
+            )
+            return sa.select(d.c.job_id, j.c.is_container).select_from(
+                each.join(d, d.c.depends_on_id == each.c.value).join(j, j.c.id == d.c.job_id)
+            )
+
+        stmt = self.cached(("dependents_join", d.name), build)
+        return dependents_from(self.execute(conn, stmt, {"ids": list(dict.fromkeys(ids))}))
 
     def done_update(
         self,
