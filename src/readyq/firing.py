@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import logging
 import time
-from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -43,9 +42,8 @@ class ScheduleFirer:
         batch_of: checks what a schedule's ``job`` returns and builds its rows
             (``Queue.batch_of``).
         worker_id: named in the log lines.
-        enqueued: called as ``enqueued(n, type)`` for the jobs of each type a firing
-            enqueued (containers not counted), once it is committed: the observers'
-            ``on_enqueued``, as ``Queue.enqueue_many`` calls it.
+        enqueued: called with the jobs a firing enqueued, once it is committed (the
+            observers' ``Observers.enqueued``, as ``Queue.enqueue_many`` calls it).
     """
 
     def __init__(
@@ -54,7 +52,7 @@ class ScheduleFirer:
         schedules: Mapping[str, Schedule],
         batch_of: BatchBuilder,
         worker_id: str = "",
-        enqueued: Callable[[int, str], None] | None = None,
+        enqueued: Callable[[list[BatchJob]], None] | None = None,
     ) -> None:
         self.store = store
         self.schedules = dict(schedules)
@@ -133,14 +131,9 @@ class ScheduleFirer:
         if firing.next_fire_at is not None and not firing.paused:
             wait = min(wait, max(0.0, firing.next_fire_at - firing.now))
         self.due[name] = now + wait
-        if firing.fired and self.enqueued is not None:
-            per_type = Counter(
-                b.job.type for at in firing.fired for b in built.get(at, ())
-                if not b.job.is_container
-            )
-            for type_, n in per_type.items():
-                self.enqueued(n, type_)
         if firing.fired:
+            if self.enqueued is not None:
+                self.enqueued([b for at in firing.fired for b in built.get(at, ())])
             log.info(
                 "schedule %s fired %d occurrence(s), the last at %s", one_line(name),
                 len(firing.fired), schedule.timing.local(firing.fired[-1]).isoformat(),

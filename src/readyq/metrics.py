@@ -24,6 +24,7 @@ Example::
 from __future__ import annotations
 
 import logging
+from collections import Counter
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
@@ -32,6 +33,7 @@ from readyq.model import GroupStats
 
 if TYPE_CHECKING:
     from readyq.model import Job
+    from readyq.store.records import BatchJob
 
 log = logging.getLogger("readyq.metrics")
 
@@ -106,6 +108,15 @@ class Observers:
 
     def __iter__(self) -> Any:
         return iter(tuple(self._items))
+
+    def enqueued(self, batch: Iterable[BatchJob]) -> None:
+        """``on_enqueued(n, type)`` once per job type of ``batch``, with how many it
+        holds; containers run no handler and are not counted."""
+        if not self._items:
+            return
+        per_type = Counter(b.job.type for b in batch if not b.job.is_container)
+        for type_, n in per_type.items():
+            self.emit("on_enqueued", n, type_)
 
     def emit(self, hook: str, *args: Any) -> None:
         """Call ``hook(*args)`` on every observer that has it; log what raises."""

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import time
-from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
 from types import MappingProxyType
@@ -663,10 +662,7 @@ class Queue:
         self.check_open()
         batch, where = self.batch_of(specs)
         ids = self.store.enqueue_many(batch, connection=self._connection(connection))
-        if self._observers:
-            per_type = Counter(spec.type for spec in specs if not spec.container)
-            for type_, n in per_type.items():
-                self._observers.emit("on_enqueued", n, type_)
+        self._observers.enqueued(batch)
         return ids if where is None else [ids[where[pos]] for pos in range(len(specs))]
 
     def spawn_of(

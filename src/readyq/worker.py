@@ -271,7 +271,7 @@ class Worker:
             if batch_of is None:
                 raise ConfigurationError("a worker that fires schedules needs batch_of")
             self.firer = ScheduleFirer(
-                store, schedules, batch_of, self.worker_id, enqueued=self._fired
+                store, schedules, batch_of, self.worker_id, enqueued=observers.enqueued
             )
         self.stats = WorkerStats()
         self._running: dict[int, RunningAttempt] = {}
@@ -715,11 +715,6 @@ class Worker:
             heartbeats=beats,
             requested=free,
         )
-
-    def _fired(self, n: int, type_: str) -> None:
-        """Tell the observers of ``n`` jobs of ``type_`` a schedule's firing enqueued."""
-        if self.observers:
-            self.observers.emit("on_enqueued", n, type_)
 
     # -- steps --------------------------------------------------------------------------
 
