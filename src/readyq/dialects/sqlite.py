@@ -63,6 +63,13 @@ from readyq.sql.leases import (
     done_values,
 )
 
+# The clock as one SQL term, constants and all: built from SQLAlchemy's functions and
+# operators it carried four bound parameters wherever it appeared (five times in a
+# claim), each compiled, bound and read at every execution.
+_NOW: sa.ColumnElement[float] = sa.literal_column(
+    "((julianday('now') - 2440587.5) * 86400.0)", sa.Double
+)
+
 BUSY_TIMEOUT_MS = 5000
 # The pauses between tries of the write lock (see SQLiteDialect.begin_write), seconds.
 LOCK_POLL_FIRST = 0.0001
@@ -355,7 +362,7 @@ class SQLiteDialect(Dialect):
             raw.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
 
     def now(self) -> sa.ColumnElement[float]:
-        return (sa.func.julianday("now") - 2440587.5) * 86400.0
+        return _NOW
 
     def error_code(self, exc: BaseException) -> object:
         err = driver_error(exc)
