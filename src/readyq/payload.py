@@ -57,7 +57,7 @@ _VERBS = {"args": ("are", "take", "hold"), "result": ("is", "takes", "holds"),
           "state": ("is", "takes", "holds")}
 
 
-def encode(value: Any, *, max_bytes: int, what: str = "args") -> str:
+def encode(value: Any, max_bytes: int, what: str = "args") -> str:
     """Encode ``value`` as compact strict JSON, or raise PayloadNotJSON / PayloadTooLarge.
 
     ``what`` names the value in the messages: ``args`` or ``result``.

@@ -179,8 +179,7 @@ class AsyncWorker(Worker):
             value = await spec.fn(job)
             await self._asettle(job)
             return done_outcome(c, value, self.max_payload_bytes, spec,
-                                duration=time.monotonic() - began,
-                                spawns=job.staged_spawns())
+                                time.monotonic() - began, job.staged_spawns())
         except BaseException as exc:  # a handler's failure, whatever it is, fails it
             await self._asettle(job)
             return self._recorder.failed(entry, began, span, exc)
