@@ -183,10 +183,14 @@ class Recorder:
         # after the same job was claimed again by this worker.
         running = self.running
         mine: list[RunningAttempt | None] = []
-        for o in outcomes:
-            entry = running.get(o.job.id)
-            if entry is not None and entry.claimed.lease_token == o.job.lease_token:
-                del running[o.job.id]
+        # (id, token) of each outcome's attempt, read once: a NamedTuple's field read by
+        # name is a descriptor call that Python 3.11 does not specialize.
+        leases = [(c.id, c.lease_token) for c in (o.job for o in outcomes)]
+        for lease in leases:
+            id_, token = lease
+            entry = running.get(id_)
+            if entry is not None and entry.claimed.lease_token == token:
+                del running[id_]
                 mine.append(entry)
             else:
                 mine.append(None)
@@ -199,8 +203,8 @@ class Recorder:
         # Read once: on Python 3.11 an enum member read from its class goes through
         # EnumType.__getattr__'s slow attribute path.
         fenced_out, swept = Recorded.FENCED, Recorded.SWEPT
-        for o, entry in zip(outcomes, mine, strict=True):
-            recorded = applied.get((o.job.id, o.job.lease_token), fenced_out)
+        for o, entry, lease in zip(outcomes, mine, leases, strict=True):
+            recorded = applied.get(lease, fenced_out)
             if recorded is swept:
                 continue  # the sweep that recorded this timeout first told of it
             if not recorded:

@@ -685,8 +685,9 @@ class Worker:
         finishing = 0
         running = self._running
         for o in outcomes:
-            e = running.get(o.job.id)
-            if e is not None and e.claimed.lease_token == o.job.lease_token:
+            c = o.job
+            e = running.get(c.id)
+            if e is not None and e.claimed.lease_token == c.lease_token:
                 finishing += 1
         free = max(0, local - (len(self._running) - finishing))
         began = time.perf_counter()
@@ -733,28 +734,32 @@ class Worker:
     ) -> RunningAttempt:
         """Register a claimed attempt as running here (its handler not yet started, its
         lease not yet held)."""
-        spec = self.handlers[c.type]
+        # Unpacked once: each field read by name from the NamedTuple is a descriptor
+        # call that Python 3.11 does not specialize.
+        id_, type_, args_json, attempt, max_attempts, token, group, parent, _ = c
+        spec = self.handlers[type_]
         lost, cancelled = LeaseFlag(), Flag()
         unreadable = None
         try:
-            args = decode(c.args_json)
+            args = decode(args_json)
         except (ValueError, TypeError, RecursionError) as exc:
             args, unreadable = None, f"its stored args are not JSON ({one_line(str(exc))})"
         # Positional, in the order of Job's fields: fifteen keywords cost the call more
-        # than the dataclass's whole body (about 2,000 instructions a job).
+        # than the dataclass's whole body.
         job = Job(
-            c.id, c.type, args, c.attempt, c.max_attempts, c.group, c.parent_id,
-            c.lease_token, self.worker_id, self._job_heartbeat, lost, cancelled,
-            self.spawner, None, None, self._remember, None, self._stopping,
+            id_, type_, args, attempt, max_attempts, group, parent, token, self.worker_id,
+            self._job_heartbeat, lost, cancelled, self.spawner, None, None, self._remember,
+            None, self._stopping,
         )
         # Positional for the same reason (claimed, job, spec, lost, cancelled,
         # cancel_seen, traced, isolated, unreadable).
         entry = RunningAttempt(c, job, spec, lost, cancelled, False, traced,
-                               c.type in self.isolated_types, unreadable)
-        stale = self._running.get(c.id)
+                               type_ in self.isolated_types, unreadable)
+        running = self._running
+        stale = running.get(id_)
         if stale is not None:  # an earlier attempt of this job that timed out here
             self._lose(stale)
-        self._running[c.id] = entry
+        running[id_] = entry
         if logged:  # spare the hot path the extra dict
             log.info("job %d (%s) attempt %d started", c.id, one_line(c.type), c.attempt,
                      extra={**claimed_fields(c), "event": "job_started",

@@ -183,18 +183,22 @@ def _record_done(
 
     Returns the dependents of the batch when every row was marked.
     """
+    # Each job's fields read once: a NamedTuple's field read by name is a descriptor call
+    # that Python 3.11 does not specialize.
+    jobs = [o.job for o in done]
     marked = ctx.dialect.mark_done(
         conn,
         ctx.tables,
         owner,
-        [(o.job.id, o.job.lease_token, o.result_json) for o in done],
+        [(c.id, c.lease_token, o.result_json) for c, o in zip(jobs, done, strict=True)],
         ctx.now,
     )
     if marked.marked == len(done):
         recorded = Recorded.RECORDED  # read once (a slow attribute on Python 3.11)
-        for o in done:
-            applied[o.job.id, o.job.lease_token] = recorded
-            ended.append((o.job.id, "done", o.job.parent_id))
+        for c in jobs:
+            id_ = c.id
+            applied[id_, c.lease_token] = recorded
+            ended.append((id_, "done", c.parent_id))
         return marked.dependents
     # Some rows were fenced out, or (count == 0) this unit already committed once and
     # its COMMIT reply was lost: rows done under our own lease were recorded, and
