@@ -185,7 +185,7 @@ class Recorder:
         mine: list[RunningAttempt | None] = []
         # (id, token) of each outcome's attempt, read once: a NamedTuple's field read by
         # name is a descriptor call that Python 3.11 does not specialize.
-        leases = [(c.id, c.lease_token) for c in (o.job for o in outcomes)]
+        leases = [(c.id, c.lease_token) for c in [o.job for o in outcomes]]
         for lease in leases:
             id_, token = lease
             entry = running.get(id_)

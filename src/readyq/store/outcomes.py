@@ -47,6 +47,7 @@ from readyq.untrusted import storable
 MAX_ERROR_CHARS = 8000
 
 _BY_JOB_ID = attrgetter("job.id")
+_SPAWNS = attrgetter("spawns")
 # Read once: on Python 3.11 every ``OutcomeKind.X`` goes through EnumType.__getattr__'s
 # slow attribute path, and this one is compared for every outcome.
 _DONE = OutcomeKind.DONE
@@ -163,7 +164,7 @@ def record_outcomes(
     if done:
         edges = _record_done(ctx, conn, owner, done, applied, ended)
         # Only outcomes that carry spawns pay for this scan's branch.
-        if any(o.spawns for o in done) and _insert_spawns(ctx, conn, owner, done, ended):
+        if any(map(_SPAWNS, done)) and _insert_spawns(ctx, conn, owner, done, ended):
             edges = None
     for o in sorted(others, key=_BY_JOB_ID):
         _record_one(ctx, conn, owner, o, applied, ended)
