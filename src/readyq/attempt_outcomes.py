@@ -30,9 +30,10 @@ CHILD_ENDS = frozenset({"Timeout", "MemoryLimit", CHILD_DIED, "Cancelled", "Leas
 # whose stored args cannot be read.
 VALUE_REFUSED = "ValueRefused"
 UNREADABLE_ARGS = "UnreadableArgs"
+# Fills a NamedTuple from its fields in order, with no Python frame (see done_outcome).
+_NEW_TUPLE = tuple.__new__
 # The kinds every outcome is built with and sorted by, read once: on Python 3.11 each
 # ``OutcomeKind.X`` goes through EnumType.__getattr__'s slow attribute path.
-_NEW_TUPLE = tuple.__new__
 DONE, RETRY, FAIL, CANCEL = (
     OutcomeKind.DONE, OutcomeKind.RETRY, OutcomeKind.FAIL, OutcomeKind.CANCEL
 )
