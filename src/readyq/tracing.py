@@ -6,13 +6,19 @@ attributes ``readyq.job.id``, ``readyq.job.type``, ``readyq.job.attempt`` and
 gets status ``ERROR`` and the exception recorded. The span is current while the handler
 runs, so spans the handler opens are its children. Args are never attributes.
 
-The API is imported lazily, once: without it (``pip install 'readyq[otel]'``) this module
-does nothing, and until an SDK's tracer provider is installed no span is made.
+Spans are made once an SDK's tracer provider is installed. That can only be done through
+``opentelemetry.trace``, so readyq looks for the module among those the application has
+imported and never imports it for a process that has not (a worker would pay several
+milliseconds at start for nothing), with one exception: ``OTEL_PYTHON_TRACER_PROVIDER``
+names a provider that the API loads itself, and then the API is imported once. Without
+the API (``pip install 'readyq[otel]'``) this module does nothing.
 """
 
 from __future__ import annotations
 
 import contextlib
+import os
+import sys
 import threading
 from collections.abc import Iterator
 from typing import Any
@@ -20,12 +26,22 @@ from typing import Any
 from readyq.model import ClaimedJob
 
 _lock = threading.Lock()
-_api: Any = None  # the opentelemetry.trace module, False when not installed
+_api: Any = None  # opentelemetry.trace as imported here, False when not installed
 TRACER_NAME = "readyq"
+API_MODULE = "opentelemetry.trace"
+# The API's own setting for a provider it loads at its first use.
+PROVIDER_SETTING = "OTEL_PYTHON_TRACER_PROVIDER"
 
 
 def _trace_api() -> Any:
+    """The tracing API's module, or None when no tracer provider can be installed (see
+    the module's doc)."""
     global _api
+    imported = sys.modules.get(API_MODULE)
+    if imported is not None:
+        return imported
+    if PROVIDER_SETTING not in os.environ:
+        return None
     if _api is None:
         with _lock:
             if _api is None:
@@ -39,13 +55,17 @@ def _trace_api() -> Any:
 
 
 def spans_enabled() -> bool:
-    """Whether an attempt gets a real span: the API is installed and an SDK's tracer
+    """Whether an attempt gets a real span: the API is loaded and an SDK's tracer
     provider is set. Until then the API's spans are no-ops that still cost several
     microseconds each, so none is made (the check follows a provider set later)."""
     trace = _trace_api()
-    return trace is not None and not isinstance(
-        trace.get_tracer_provider(), (trace.ProxyTracerProvider, trace.NoOpTracerProvider)
-    )
+    if trace is None:
+        return False
+    try:
+        provider = trace.get_tracer_provider()
+        return not isinstance(provider, (trace.ProxyTracerProvider, trace.NoOpTracerProvider))
+    except AttributeError:  # another thread is still importing the module
+        return False
 
 
 @contextlib.contextmanager

@@ -319,8 +319,9 @@ class Worker:
             heartbeats=self.heartbeats, running=self._running, inbox=self._inbox,
             job_of=self._job_of,
         )
-        # Import the tracing API (when installed) now rather than at the first claim,
-        # where it held the first jobs back for several milliseconds.
+        # When the tracing API is to be imported by readyq (readyq.tracing), import it
+        # now rather than at the first claim, where it would hold the first jobs back
+        # for several milliseconds.
         spans_enabled()
 
     @property
