@@ -1,6 +1,6 @@
 """Instructions per job of a SQLite worker, counted by valgrind's callgrind.
 
-    python bench/instructions.py [--jobs 2000] [--by-object] [--src PATH]
+    python bench/instructions.py [--jobs 2000] [--margin] [--by-object] [--src PATH]
 
 Wall-clock figures drift between rounds on a shared machine; instruction counts do not.
 The worker (``concurrency=100``, ``poll_interval=0.01``, ``until_idle=True``, no-op
@@ -10,6 +10,11 @@ difference divided by the number of jobs is what one job costs, start-up and imp
 excluded. ``--src`` runs another checkout's ``src`` (``git worktree add /tmp/old REF``)
 for a comparison taken on the same machine; ``--by-object`` splits a job's instructions
 between the binaries that spend them (the interpreter, SQLite, ...).
+
+The figure at ``--jobs`` still carries what a run with jobs pays once and an idle run
+does not (statements compiled at their first use, handler threads started), spread over
+its jobs. ``--margin`` also runs twice as many jobs and prints what one more job costs,
+the difference between the two runs divided by ``--jobs``, and what the run paid once.
 """
 
 from __future__ import annotations
@@ -93,6 +98,7 @@ def by_object(full: Path, empty: Path, jobs: int) -> list[tuple[float, str]]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--jobs", type=int, default=2000)
+    parser.add_argument("--margin", action="store_true")
     parser.add_argument("--by-object", action="store_true")
     parser.add_argument("--src", type=Path, default=SRC)
     args = parser.parse_args()
@@ -104,7 +110,15 @@ def main() -> None:
         per_job = (full - empty) / args.jobs
         print(f"{'source':<40} {'jobs':>6} {'instructions':>15} {'per job':>10}")
         print(f"{args.src!s:<40} {args.jobs:>6} {full:>15,} {per_job:>10,.0f}")
+        if args.margin:
+            double, _ = count(args.src, workdir, 2 * args.jobs)
+            per_double = (double - empty) / (2 * args.jobs)
+            margin = (double - full) / args.jobs
+            print(f"{args.src!s:<40} {2 * args.jobs:>6} {double:>15,} {per_double:>10,.0f}")
         print(f"{'(empty queue)':<40} {0:>6} {empty:>15,}")
+        if args.margin:
+            once = full - empty - margin * args.jobs
+            print(f"\none more job: {margin:,.0f}; paid once by a run with jobs: {once:,.0f}")
         if args.by_object:
             print("\ninstructions per job, by binary:")
             for cost, name in by_object(full_out, empty_out, args.jobs):
