@@ -314,8 +314,8 @@ class MySQLDialect(Dialect):
                 engine, "do_connect", _connect_pymysql
             ):
                 event.listen(engine, "do_connect", _connect_pymysql)
-                # The connection that found the dialect was made without them: a new
-                # pool, so that it is closed when it comes back.
+                # The connections made before (the one that found the dialect, back
+                # in the pool) had none of this: closed, and a new pool.
                 engine.dispose()
             return engine
         return engine.execution_options(isolation_level="READ COMMITTED")

@@ -184,12 +184,15 @@ class Store:
                     with connect(self._given_engine) as conn:
                         dialect = dialect_from_connection(conn)
                         conn.rollback()
-                        self._engine = dialect.prepare_engine(
-                            self._given_engine, owned=self._owned
-                        )
                         # This connection goes back to the pool: set it up as the
                         # prepared engine sets up its new ones.
                         dialect.prepare_connection(conn.connection.dbapi_connection)
+                    # Once the connection is back in the pool, so that a dialect that
+                    # starts a new pool closes it there instead of leaving it to the
+                    # garbage collector with the old one.
+                    self._engine = dialect.prepare_engine(
+                        self._given_engine, owned=self._owned
+                    )
                     notifier = None
                     if self._listen is not False and isinstance(dialect, Notifies):
                         notifier = dialect.ready_notifier(self.tables.prefix)
