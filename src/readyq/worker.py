@@ -155,6 +155,9 @@ class HandlerPool:
                         # while counted as seeking would leave later tasks unrun.
                         log.debug("a handler task raised past its own handling", exc_info=True)
                     finally:
+                        # An idle thread keeps nothing of its last task: the attempt, its
+                        # job's arguments and result, the worker.
+                        del fn, arg
                         self._lock.acquire()
                         self._seeking += 1
                 elif self._closed:
