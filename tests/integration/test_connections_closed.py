@@ -67,12 +67,18 @@ def open_connections(db: str, dialect_name: str, tag: str) -> int:
         observer.dispose()
 
 
-def test_a_closed_queue_leaves_no_connection_open(
-    db: str, dialect_name: str, no_collection: None
-) -> None:
+def new_queue(db: str, dialect_name: str) -> tuple[readyq.Queue, str]:
+    """A queue with its schema, and the tag its connections carry."""
     tag = "rq_" + uuid.uuid4().hex[:12]
     queue = readyq.Queue(tagged(db, dialect_name, tag))
     queue.create_schema()
+    return queue, tag
+
+
+def test_a_closed_queue_leaves_no_connection_open(
+    db: str, dialect_name: str, no_collection: None
+) -> None:
+    queue, tag = new_queue(db, dialect_name)
 
     @queue.handler("step")
     def step(job: readyq.Job) -> None:
@@ -88,8 +94,6 @@ def test_a_closed_queue_leaves_no_connection_open(
 def test_a_queue_closed_right_after_its_first_connection_leaves_none_open(
     db: str, dialect_name: str, no_collection: None
 ) -> None:
-    tag = "rq_" + uuid.uuid4().hex[:12]
-    queue = readyq.Queue(tagged(db, dialect_name, tag))
-    queue.create_schema()
+    queue, tag = new_queue(db, dialect_name)
     queue.close()
     assert open_connections(db, dialect_name, tag) == 0
