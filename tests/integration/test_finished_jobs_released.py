@@ -6,11 +6,11 @@ threads stay up)."""
 from __future__ import annotations
 
 import gc
-import time
 import weakref
 
 import readyq
 from readyq.model import JobState
+from readyq_test_support import wait_for
 
 
 def test_a_finished_job_is_not_kept_by_the_idle_handler_threads(queue: readyq.Queue) -> None:
@@ -22,17 +22,18 @@ def test_a_finished_job_is_not_kept_by_the_idle_handler_threads(queue: readyq.Qu
 
     ids = queue.enqueue_many([readyq.JobSpec("step", args={"n": n}) for n in range(3)])
     worker = queue.worker(concurrency=3, poll_interval=0.01)
-    deadline = time.monotonic() + 10
-    while any(queue.get(i).state is not JobState.DONE for i in ids):
-        assert time.monotonic() < deadline, "the jobs never finished"
+
+    def all_done() -> bool:
         worker.run_once()
-        time.sleep(0.01)
+        return all(queue.get(i).state is JobState.DONE for i in ids)
+
+    wait_for(all_done, "the jobs to finish", timeout=10, interval=0.01)
     assert worker.running == 0
-    # The threads go back to waiting just after the outcome is handed over.
-    while True:
-        gc.collect()
-        if not [ref for ref in seen if ref() is not None]:
-            break
-        assert time.monotonic() < deadline, "an idle handler thread still holds its last job"
-        time.sleep(0.01)
     assert len(seen) == 3
+
+    def all_released() -> bool:
+        gc.collect()
+        return all(ref() is None for ref in seen)
+
+    # The threads go back to waiting just after the outcome is handed over.
+    wait_for(all_released, "the idle handler threads to drop their last jobs", timeout=10)
